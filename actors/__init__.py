@@ -1,0 +1,1 @@
+"""Ray actors: rollout workers, the reward pool, the curriculum sampler and the learner."""

@@ -1,0 +1,1 @@
+"""Entry points: the `rlcs` CLI, the training driver, placement groups and job launch."""

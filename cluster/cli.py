@@ -1,0 +1,110 @@
+"""The `rlcs` command.
+
+Each subcommand imports its implementation only when it runs, so `rlcs serve-rewards` works on
+a host with no Ray, torch or vLLM installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+
+#: subcommand -> (module, function, one-line help). The function takes the parsed arguments
+#: and returns an exit code.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": ("cluster.train", "main", "run pretraining, SFT or RL from a config (its `stage`)"),
+    "demo": ("cluster.demo", "main", "run the embedded end-to-end default on this machine"),
+    "serve-rewards": ("rewards.server", "main", "serve the reward verifiers over HTTP"),
+    "dashboard": ("rlcs.dashboard", "main", "serve the curriculum dashboard for a run directory"),
+}
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config, e.g. configs/tiny-text.yaml")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set rollout.n=8 (repeatable)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", default=None, help="where to write the run (default runs/demo)")
+
+
+def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--token",
+        default=os.environ.get("RLCS_REWARD_TOKEN"),
+        help="require this bearer token (default: $RLCS_REWARD_TOKEN; none means no auth)",
+    )
+    p.add_argument("--workers", type=int, default=None, help="verifier processes (default: cores)")
+    p.add_argument("--timeout", type=float, default=5.0, help="per-item timeout in seconds")
+
+
+def _add_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run directory, e.g. runs/demo")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8266)
+    p.add_argument(
+        "--token",
+        default=os.environ.get("RLCS_DASHBOARD_TOKEN"),
+        help="require this token (default: $RLCS_DASHBOARD_TOKEN; none means no auth)",
+    )
+
+
+_ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "train": _add_train,
+    "demo": _add_demo,
+    "serve-rewards": _add_serve_rewards,
+    "dashboard": _add_dashboard,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlcs",
+        description="RL post-training of vision-language reasoning models with Curriculum Sampling.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, _, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _ARGS[name](p)
+    return parser
+
+
+def _implementation(command: str) -> Callable[[argparse.Namespace], int] | None:
+    module, func, _ = COMMANDS[command]
+    if importlib.util.find_spec(module) is None:
+        return None
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    impl = _implementation(args.command)
+    if impl is None:
+        print(
+            f"rlcs {args.command}: not built yet in this version of rlcs; see the README's roadmap.",
+            file=sys.stderr,
+        )
+        return 3
+    return int(impl(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Typed configuration: the single source of truth for every option and its default.
+
+YAML files in ``configs/`` only override these defaults. ``load_config`` reads a YAML file,
+applies ``--set key=value`` overrides and validates the result; any problem is raised as a
+``ConfigError`` that names the offending key and the file it came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Stage = Literal["pretrain", "sft", "rl"]
+
+
+class Section(BaseModel):
+    """Base for every section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str | None = Field(None, description="HF model directory to start from.")
+    tiny: Literal["text", "vlm"] | None = Field(
+        None, description="Build a tiny model of this kind instead of loading `path`."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if self.path is None and self.tiny is None:
+            raise ValueError("set either model.path (an HF directory) or model.tiny (text|vlm)")
+        return self
+
+
+class DataConfig(Section):
+    train: list[str] = Field(default_factory=list, description="JSONL or Parquet files.")
+    eval: list[str] = Field(default_factory=list)
+    domain_weights: dict[str, float] = Field(
+        default_factory=dict, description="Fixed domain proportions; empty means by item count."
+    )
+    seq_len: int = Field(8192, gt=0, description="Packed length for pretraining.")
+    max_prompt_tokens: int = Field(2048, gt=0)
+    pack: bool = True
+    rewrite_multiple_choice: bool = True
+
+    @model_validator(mode="after")
+    def _weights_positive(self) -> DataConfig:
+        for domain, w in self.domain_weights.items():
+            if w < 0:
+                raise ValueError(f"domain_weights.{domain} must be >= 0, got {w}")
+        return self
+
+
+class RolloutConfig(Section):
+    engine: Literal["vllm", "hf"] = "vllm"
+    num_workers: int = Field(1, ge=1)
+    n: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group size).")
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="1.0 per the recipe; 0.9 garbles output.")
+    max_think_tokens: int = Field(8192, ge=1, description="Thinking budget before force-answering.")
+    max_answer_tokens: int = Field(1024, ge=1)
+    force_answer: bool = True
+    nothink: bool = False
+    seed: int = 0
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0.0, le=1.0, description="On CPU: the share of RAM reserved for the KV cache."
+    )
+    tensor_parallel_size: int = Field(1, ge=1)
+    sleep_between_iterations: bool = Field(False, description="vLLM sleep/wake when colocated.")
+
+
+class RewardConfig(Section):
+    num_actors: int = Field(2, ge=1)
+    processes_per_actor: int = Field(1, ge=1)
+    timeout_s: float = Field(5.0, gt=0.0)
+    format: Literal["glm", "bare", "boxed"] = "glm"
+    math_rel_tol: float = Field(1e-6, ge=0.0)
+    iou_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    gui_partial_credit: bool = False
+    custom_domains: dict[str, str] = Field(
+        default_factory=dict, description="domain -> 'module:Verifier' import path."
+    )
+
+
+class CurriculumConfig(Section):
+    policy: Literal["rlcs", "uniform", "dapo_filter"] = "rlcs"
+    tier_boundaries: list[float] = Field(
+        default_factory=lambda: [0.1, 0.3, 0.7, 0.9],
+        description="Pass-rate cut points, from very hard to very easy.",
+    )
+    pass_rate_ema: float = Field(0.5, gt=0.0, le=1.0, description="Weight of the newest group.")
+    offline_prior_weight: float = Field(
+        4.0, ge=0.0, description="Pseudo-attempts given to the dataset's offline difficulty."
+    )
+    success_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    weight_floor: float = Field(0.05, ge=0.0, le=1.0)
+    expansion_ema: float = Field(0.5, gt=0.0, le=1.0)
+    expansion_cap: float = Field(4.0, ge=1.0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _sorted_boundaries(self) -> CurriculumConfig:
+        b = self.tier_boundaries
+        if any(not 0.0 < x < 1.0 for x in b) or b != sorted(b) or len(set(b)) != len(b):
+            raise ValueError(f"tier_boundaries must be strictly increasing in (0, 1), got {b}")
+        return self
+
+
+class GRPOConfig(Section):
+    eps_low: float = Field(0.2, ge=0.0)
+    eps_high: float = Field(0.28, ge=0.0)
+    loss_agg: Literal["sample", "token"] = "sample"
+    std_normalize: bool = True
+    kl_coef: float = Field(0.0, ge=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration.")
+
+
+class LearnerConfig(Section):
+    num_ranks: int = Field(1, ge=1)
+    zero_stage: int = Field(2, ge=0, le=3)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    lr: float = Field(1e-6, gt=0.0)
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, ge=0.0)
+    global_batch: int = Field(32, ge=1)
+    micro_batch: int = Field(1, ge=1)
+    steps: int = Field(100, ge=1, description="Optimizer steps for pretrain/SFT.")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+
+
+class ClusterConfig(Section):
+    address: str | None = Field(None, description="Ray address; None starts or joins a local one.")
+    device: Literal["cpu", "cuda"] = "cpu"
+    num_nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    learner_gpus: int = Field(0, ge=0)
+    rollout_gpus: int = Field(0, ge=0)
+    colocate: bool = False
+    weight_sync: Literal["cpu_bytes", "shm", "nccl", "cuda_ipc"] = "cpu_bytes"
+    weight_sync_bucket_mb: int = Field(256, ge=1)
+
+
+class RunConfig(Section):
+    name: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
+    root: str = "runs"
+    iterations: int = Field(10, ge=1, description="RL iterations.")
+    prompts_per_iteration: int = Field(32, ge=1)
+    save_every: int = Field(10, ge=0)
+    eval_every: int = Field(0, ge=0)
+    samples_per_iteration: int = Field(8, ge=0)
+    seed: int = 0
+
+
+class Config(Section):
+    stage: Stage = "rl"
+    model: ModelConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.root) / self.run.name
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+class ConfigError(ValueError):
+    """A config problem, naming the key and where its value came from."""
+
+
+def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        origin = "--set" if key in overridden else source
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in e and e["type"] != "missing" and not isinstance(e["input"], dict):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"{origin}: {key}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b.c=value`` into its key path and a YAML-typed value."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. rollout.n=8")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML: {e}") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> set[str]:
+    """Apply dotted overrides in place; return the keys they set."""
+    keys = set()
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {'.'.join(path[: i + 1])} is not a section")
+            node = child
+        node[path[-1]] = value
+        keys.add(".".join(path))
+    return keys
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config, apply ``key=value`` overrides, and validate."""
+    source = str(path) if path is not None else "<defaults>"
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{source}: config file not found")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: top level must be a mapping of sections")
+        data = loaded or {}
+    overridden = apply_overrides(data, overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source, overridden)) from None
+
+
+def write_resolved(config: Config, run_dir: str | Path) -> Path:
+    """Write the resolved config to ``RUN_DIR/config.yaml``."""
+    out = Path(run_dir) / "config.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".yaml.tmp")
+    tmp.write_text(config.to_yaml())
+    tmp.replace(out)
+    return out
