@@ -88,19 +88,43 @@ class RewardConfig(Section):
 
 
 class CurriculumConfig(Section):
-    policy: Literal["rlcs", "uniform", "dapo_filter"] = "rlcs"
+    """RLCS: per-item pass rates, difficulty tiers, tier weights and ratio-EMA expansion.
+
+    Domain proportions are not here: they are ``data.domain_weights``.
+    """
+
+    policy: Literal["rlcs", "uniform", "dapo_filter"] = Field(
+        "rlcs", description="rlcs: tier-weighted + expansion; uniform; dapo_filter: drop 0/1 groups."
+    )
     tier_boundaries: list[float] = Field(
         default_factory=lambda: [0.1, 0.3, 0.7, 0.9],
         description="Pass-rate cut points, from very hard to very easy.",
+    )
+    tier_names: list[str] | None = Field(
+        None, description="One name per tier, hardest first; default very_hard..very_easy."
     )
     pass_rate_ema: float = Field(0.5, gt=0.0, le=1.0, description="Weight of the newest group.")
     offline_prior_weight: float = Field(
         4.0, ge=0.0, description="Pseudo-attempts given to the dataset's offline difficulty."
     )
-    success_threshold: float = Field(0.5, ge=0.0, le=1.0)
-    weight_floor: float = Field(0.05, ge=0.0, le=1.0)
-    expansion_ema: float = Field(0.5, gt=0.0, le=1.0)
+    success_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="A rollout with reward >= this counts as a success."
+    )
+    weight_floor: float = Field(
+        0.05, ge=0.0, le=1.0, description="Least per-item tier weight, so no tier starves."
+    )
+    weight_power: float = Field(
+        1.0, gt=0.0, description="Tier weight = (4 p (1 - p)) ** power, p the tier's pass rate."
+    )
+    unseen_weight: float = Field(
+        1.0, ge=0.0, description="Per-item weight of items with no evidence at all."
+    )
+    expansion_ema: float = Field(0.5, gt=0.0, le=1.0, description="Weight of the newest ratio.")
     expansion_cap: float = Field(4.0, ge=1.0)
+    expansion_surplus: Literal["drop", "keep_valid"] = Field(
+        "drop", description="Groups beyond the batch: drop them, or keep the valid ones too."
+    )
+    keep_snapshots: int = Field(2, ge=1, description="Saved states kept in RUN_DIR/curriculum.")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -108,6 +132,14 @@ class CurriculumConfig(Section):
         b = self.tier_boundaries
         if any(not 0.0 < x < 1.0 for x in b) or b != sorted(b) or len(set(b)) != len(b):
             raise ValueError(f"tier_boundaries must be strictly increasing in (0, 1), got {b}")
+        if self.tier_names is not None:
+            if len(self.tier_names) != len(b) + 1:
+                raise ValueError(
+                    f"tier_names needs {len(b) + 1} names for {len(b)} boundaries, "
+                    f"got {len(self.tier_names)}"
+                )
+            if "unseen" in self.tier_names or len(set(self.tier_names)) != len(self.tier_names):
+                raise ValueError("tier_names must be distinct and must not use 'unseen'")
         return self
 
 

@@ -1,0 +1,407 @@
+"""The RLCS curriculum: per-item evidence, tiers, tier-weighted sampling and expansion.
+
+Per item it keeps compact arrays (about 30 bytes resident per item in all): domain, offline
+pass rate, attempts, successes, the EMA pass rate, the last iteration it was sampled in, its
+tier, and its slot in the (domain, tier) index pools. Items are indices ``0..N-1``; string ids
+are an optional mapping supplied by the caller.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlcs.config import CurriculumConfig
+from rlcs.curriculum import expansion
+from rlcs.curriculum.pools import TierPools
+from rlcs.curriculum.tiers import TierScheme, tier_weights
+
+HIST_BINS = 20
+
+
+class ReportError(ValueError):
+    """A rejected report: unknown ids, duplicates, or items not sampled this iteration."""
+
+    def __init__(self, message: str, bad: list[Any]):
+        super().__init__(message)
+        self.bad = bad
+
+
+class Curriculum:
+    """Samples prompts by difficulty tier and learns each item's pass rate from its groups."""
+
+    def __init__(
+        self,
+        domains: Sequence[int] | np.ndarray,
+        config: CurriculumConfig | None = None,
+        *,
+        domain_names: Sequence[str] | None = None,
+        offline: Sequence[float] | np.ndarray | None = None,
+        ids: Sequence[str] | None = None,
+        domain_weights: dict[str, float] | None = None,
+    ):
+        """``domains``: each item's domain code; ``offline``: its offline pass rate or NaN."""
+        self.config = config or CurriculumConfig()
+        self.scheme = TierScheme.from_config(self.config)
+        self.domain = np.asarray(domains, dtype=np.uint8)
+        n = len(self.domain)
+        num_domains = int(self.domain.max()) + 1 if n else 1
+        self.domain_names = list(domain_names or [f"domain{d}" for d in range(num_domains)])
+        if len(self.domain_names) < num_domains:
+            raise ValueError(f"{num_domains} domain codes but {len(self.domain_names)} names")
+        self.offline = (
+            np.full(n, np.nan, np.float16) if offline is None else np.asarray(offline, np.float16)
+        )
+        self.attempts = np.zeros(n, np.uint32)
+        self.successes = np.zeros(n, np.uint32)
+        self.ema = np.zeros(n, np.float16)
+        self.last_seen = np.full(n, -1, np.int32)
+        self.ids = None if ids is None else np.asarray(ids, dtype=np.bytes_)
+        self._index: dict[str, int] | None = None
+        self.iteration = 0
+        self.expansion_ratio = 1.0
+        self.expansion_ema = 1.0
+        self.rejected = {"unknown": 0, "duplicate": 0, "not_sampled": 0}
+        self.rng = np.random.default_rng(self.config.seed)
+        self.set_domain_weights(domain_weights)
+        self.store = None
+        self._rebuild()
+        self._reset_iteration()
+
+    # -- derived state ---------------------------------------------------------------------
+    @property
+    def num_items(self) -> int:
+        return len(self.domain)
+
+    @property
+    def _shape(self) -> tuple[int, int]:
+        return len(self.domain_names), self.scheme.num_tiers
+
+    def set_domain_weights(self, weights: dict[str, float] | None) -> None:
+        """Fixed domain proportions by name; empty or None means by item count."""
+        counts = np.bincount(self.domain, minlength=len(self.domain_names)).astype(np.float64)
+        if not weights:
+            self.domain_share = counts
+        else:
+            unknown = set(weights) - set(self.domain_names)
+            if unknown:
+                raise ValueError(f"domain_weights names unknown domains: {sorted(unknown)}")
+            self.domain_share = np.array([weights.get(d, 0.0) for d in self.domain_names])
+        self.domain_share = np.where(counts > 0, self.domain_share, 0.0)
+
+    def pass_rate(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Offline and online evidence merged: the offline rate counts as prior pseudo-attempts."""
+        off = self.offline[idx].astype(np.float64)
+        n = self.attempts[idx].astype(np.float64)
+        w0 = np.where(np.isnan(off), 0.0, self.config.offline_prior_weight)
+        total = w0 + n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = (w0 * np.nan_to_num(off) + n * self.ema[idx].astype(np.float64)) / total
+        p[total == 0] = np.nan
+        p[(total == 0) & ~np.isnan(off)] = off[(total == 0) & ~np.isnan(off)]
+        return p
+
+    def _keys(self, tiers: np.ndarray, domains: np.ndarray) -> np.ndarray:
+        return domains.astype(np.int64) * self.scheme.num_tiers + tiers
+
+    def _rebuild(self, saved: dict[str, np.ndarray] | None = None) -> None:
+        """Derive tiers, pools, pool sums and the histogram from the per-item arrays.
+
+        A restore passes the saved pools and sums, so that it continues bit for bit.
+        """
+        p = self.pass_rate()
+        self.tier = self.scheme.tier_of(p)
+        keys = self._keys(self.tier, self.domain)
+        size = int(np.prod(self._shape))
+        if saved is not None:
+            self.pools = TierPools.from_flat(saved["pool_flat"], saved["pool_sizes"], len(keys))
+            self._sum_p = np.array(saved["sum_p"], np.float64)
+            self.histogram = np.array(saved["histogram"], np.int64)
+            return
+        self.pools = TierPools(keys, size)
+        seen = ~np.isnan(p)
+        self._sum_p = np.bincount(keys[seen], p[seen], minlength=size).reshape(self._shape)
+        self.histogram = np.bincount(self._bins(p[seen]), minlength=HIST_BINS).astype(np.int64)
+
+    @staticmethod
+    def _bins(p: np.ndarray) -> np.ndarray:
+        return np.minimum((p * HIST_BINS).astype(np.int64), HIST_BINS - 1)
+
+    def population(self) -> np.ndarray:
+        return self.pools.sizes.reshape(self._shape)
+
+    def weights(self) -> np.ndarray:
+        """The per-item weight table ``[domain, tier]`` the next batch is drawn with."""
+        pop = self.population()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = self._sum_p / pop
+        return tier_weights(mean, pop, self.config, self.scheme.unseen)
+
+    # -- sampling --------------------------------------------------------------------------
+    def next_batch(self, batch: int) -> np.ndarray:
+        """Start an iteration: ``batch`` prompts, or ``ceil(batch * ratio_ema)`` under rlcs."""
+        if self._active:
+            self.end_iteration()
+        self.iteration += 1
+        self._active = True
+        n = batch
+        if self.config.policy == "rlcs":
+            n = expansion.oversampled(batch, self.expansion_ema)
+        return self._sample(n, exclude=False)
+
+    def extra(self, n: int) -> np.ndarray:
+        """More prompts for the current iteration, none already drawn in it (DAPO's top-up)."""
+        if not self._active:
+            raise RuntimeError("extra() needs an iteration started by next_batch()")
+        return self._sample(n, exclude=True)
+
+    def _sample(self, n: int, exclude: bool) -> np.ndarray:
+        available = self.population() - self._acc["sampled"]
+        quotas = _split(n, self.domain_share, available.sum(axis=1))
+        weights = self.weights()
+        out = []
+        for d in np.flatnonzero(quotas).tolist():
+            counts = _spread(int(quotas[d]), weights[d] * available[d], available[d], self.rng)
+            for t in np.flatnonzero(counts).tolist():
+                key = d * self.scheme.num_tiers + t
+                taken = self.last_seen if exclude else None
+                out.append(self.pools.sample(key, int(counts[t]), self.rng, taken, self.iteration))
+                self._acc["sampled"][d, t] += counts[t]
+        idx = np.concatenate(out) if out else np.empty(0, np.int64)
+        idx = idx[self.rng.permutation(len(idx))]
+        self.last_seen[idx] = self.iteration
+        return idx
+
+    # -- outcomes --------------------------------------------------------------------------
+    def index_of(self, ids: Sequence[Any]) -> np.ndarray:
+        """Item indices for string ids (or pass-through for integer indices); -1 if unknown."""
+        if self.ids is None or (len(ids) and not isinstance(ids[0], str)):
+            arr = np.asarray(ids)
+            if arr.dtype.kind not in "iu":
+                return np.full(len(arr), -1, np.int64)
+            return np.where((arr >= 0) & (arr < self.num_items), arr, -1).astype(np.int64)
+        if self._index is None:
+            self._index = {s.decode(): i for i, s in enumerate(self.ids.tolist())}
+        return np.array([self._index.get(str(i), -1) for i in ids], dtype=np.int64)
+
+    def id_of(self, idx: np.ndarray) -> list[str]:
+        if self.ids is None:
+            return [str(i) for i in np.asarray(idx).tolist()]
+        return [s.decode() for s in self.ids[np.asarray(idx)].tolist()]
+
+    def report(
+        self, ids: Sequence[Any], rewards: np.ndarray | Sequence[Sequence[float]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Record each item's group of rewards; returns (successes, group sizes) per group.
+
+        All or nothing: an unknown id, an id given twice, or one already reported (or never
+        sampled) this iteration rejects the whole call with a ``ReportError``, counts it, and
+        leaves the state untouched.
+        """
+        idx = self.index_of(ids)
+        succ, sizes = _successes(rewards, self.config.success_threshold, len(idx))
+        bad: dict[str, list] = {"unknown": [], "duplicate": [], "not_sampled": []}
+        known = idx >= 0
+        bad["unknown"] = [ids[i] for i in np.flatnonzero(~known)]
+        good = idx[known]
+        uniq, counts = np.unique(good, return_counts=True)
+        twice = uniq[counts > 1]
+        again = np.unique(good[self._reported[good]])
+        bad["duplicate"] = self.id_of(np.union1d(twice, again))
+        fresh = good[~self._reported[good]]
+        if self._active:
+            fresh = fresh[self.last_seen[fresh] != self.iteration]
+        bad["not_sampled"] = self.id_of(np.unique(fresh))
+        if any(bad.values()):
+            for kind, items in bad.items():
+                self.rejected[kind] += len(items)
+            parts = [f"{k.replace('_', ' ')}: {v[:5]}" for k, v in bad.items() if v]
+            raise ReportError(
+                f"report rejected for iteration {self.iteration}, state unchanged ("
+                + "; ".join(parts)
+                + ")",
+                [x for v in bad.values() for x in v],
+            )
+        self._apply(idx, succ, sizes)
+        return succ, sizes
+
+    def _apply(self, idx: np.ndarray, succ: np.ndarray, sizes: np.ndarray) -> None:
+        p_old = self.pass_rate(idx)
+        t_old = self.tier[idx]
+        d = self.domain[idx]
+        rate = succ / np.maximum(sizes, 1)
+        first = self.attempts[idx] == 0
+        alpha = self.config.pass_rate_ema
+        ema = np.where(first, rate, (1 - alpha) * self.ema[idx] + alpha * rate)
+        self.ema[idx] = ema.astype(np.float16)
+        self.attempts[idx] += sizes.astype(np.uint32)
+        self.successes[idx] += succ.astype(np.uint32)
+        p_new = self.pass_rate(idx)
+        t_new = self.scheme.tier_of(p_new)
+        self.tier[idx] = t_new
+        shape, size = self._shape, int(np.prod(self._shape))
+        k_old, k_new = self._keys(t_old, d), self._keys(t_new, d)
+        seen_old = ~np.isnan(p_old)
+        self._sum_p -= np.bincount(k_old[seen_old], p_old[seen_old], size).reshape(shape)
+        self._sum_p += np.bincount(k_new, p_new, size).reshape(shape)
+        self.histogram -= np.bincount(self._bins(p_old[seen_old]), minlength=HIST_BINS)
+        self.histogram += np.bincount(self._bins(p_new), minlength=HIST_BINS)
+        moved = k_old != k_new
+        if moved.any():
+            self.pools.move(idx[moved], k_old[moved], k_new[moved])
+        self._reported[idx] = True
+        self._reported_idx.append(idx)
+        acc = self._acc
+        np.add.at(acc["groups"], (d, t_old), 1)
+        np.add.at(acc["rollouts"], (d, t_old), sizes)
+        np.add.at(acc["successes"], (d, t_old), succ)
+        acc["valid"] += int(expansion.valid_groups(succ, sizes).sum())
+
+    def select(self, successes: np.ndarray, sizes: np.ndarray, batch: int) -> np.ndarray:
+        """Which scored groups to train on, by policy (indices into the reported groups)."""
+        if self.config.policy == "rlcs":
+            return expansion.select_balanced(successes, sizes, batch, self.config.expansion_surplus)
+        if self.config.policy == "dapo_filter":
+            return np.flatnonzero(expansion.valid_groups(successes, sizes))[:batch]
+        return np.arange(min(batch, len(successes)))
+
+    # -- iteration bookkeeping -------------------------------------------------------------
+    def _reset_iteration(self) -> None:
+        shape = self._shape
+        self._acc = {k: np.zeros(shape, np.int64) for k in ("sampled", "groups", "rollouts")}
+        self._acc["successes"] = np.zeros(shape, np.int64)
+        self._acc["valid"] = 0
+        if not hasattr(self, "_reported"):
+            self._reported = np.zeros(self.num_items, bool)
+        for idx in getattr(self, "_reported_idx", []):
+            self._reported[idx] = False
+        self._reported_idx: list[np.ndarray] = []
+        self._active = False
+        self._rejected_at_start = sum(self.rejected.values())
+
+    def end_iteration(self) -> dict[str, Any]:
+        """Close the iteration: update the expansion EMA and write its aggregates."""
+        acc = self._acc
+        groups = int(acc["groups"].sum())
+        valid_fraction = acc["valid"] / groups if groups else None
+        if groups:
+            cfg = self.config
+            self.expansion_ratio = expansion.expansion_ratio(1 - valid_fraction, cfg.expansion_cap)
+            self.expansion_ema = expansion.update_ema(
+                self.expansion_ema, self.expansion_ratio, cfg.expansion_ema, cfg.expansion_cap
+            )
+        row = self._aggregates(groups, valid_fraction)
+        if self.store is not None:
+            self.store.write_iteration(*row)
+        self._reset_iteration()
+        return row[0]
+
+    def _aggregates(self, groups: int, valid_fraction: float | None):
+        acc, pop, weights = self._acc, self.population(), self.weights()
+        seen = self.histogram.sum()
+        mean = float((self._sum_p[:, : self.scheme.unseen].sum()) / seen) if seen else None
+        row = {
+            "iteration": self.iteration,
+            "time": time.time(),
+            "policy": self.config.policy,
+            "sampled": int(acc["sampled"].sum()),
+            "groups": groups,
+            "valid_groups": int(acc["valid"]),
+            "valid_fraction": valid_fraction,
+            "expansion_ratio": self.expansion_ratio,
+            "expansion_ema": self.expansion_ema,
+            "mean_pass_rate": mean,
+            "rejected": sum(self.rejected.values()) - self._rejected_at_start,
+            "histogram": self.histogram.tolist(),
+        }
+        tiers = []
+        for d, dname in enumerate(self.domain_names):
+            for t, tname in enumerate(self.scheme.names):
+                rollouts = int(acc["rollouts"][d, t])
+                tiers.append(
+                    {
+                        "iteration": self.iteration,
+                        "domain": dname,
+                        "tier": tname,
+                        "population": int(pop[d, t]),
+                        "sampled": int(acc["sampled"][d, t]),
+                        "groups": int(acc["groups"][d, t]),
+                        "rollouts": rollouts,
+                        "successes": int(acc["successes"][d, t]),
+                        "pass_rate": acc["successes"][d, t] / rollouts if rollouts else None,
+                        "weight": float(weights[d, t]),
+                    }
+                )
+        return row, tiers
+
+    def save(self, run_dir: str | Path) -> Path:
+        """Save the full state, crash-safe, to ``RUN_DIR/curriculum/``."""
+        from rlcs.curriculum.persistence import save_curriculum
+
+        return save_curriculum(self, run_dir)
+
+    @classmethod
+    def restore(cls, run_dir: str | Path, attach: bool = True) -> Curriculum:
+        """The sampler as last saved: its next batch is the one the saved sampler would draw."""
+        from rlcs.curriculum.persistence import load_curriculum
+
+        return load_curriculum(run_dir, attach=attach)
+
+    def attach(self, run_dir: str | Path) -> None:
+        """Write per-iteration aggregates to ``RUN_DIR/curriculum/aggregates.sqlite``."""
+        from rlcs.curriculum.store import STORE_NAME, AggregateStore
+
+        self.store = AggregateStore(Path(run_dir) / "curriculum" / STORE_NAME)
+        self.store.set_meta(
+            domains=self.domain_names,
+            tiers=list(self.scheme.names),
+            policy=self.config.policy,
+            num_items=self.num_items,
+        )
+
+
+def _split(n: int, share: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Largest-remainder split of ``n`` by ``share``, capped by ``capacity``, overflow passed on."""
+    quotas = np.zeros(len(share), np.int64)
+    share = np.where(capacity > 0, share, 0.0)
+    remaining = min(n, int(capacity.sum()))
+    while remaining > 0 and share.sum() > 0:
+        exact = remaining * share / share.sum()
+        q = np.floor(exact).astype(np.int64)
+        order = np.argsort(-(exact - q), kind="stable")
+        q[order[: remaining - q.sum()]] += 1
+        q = np.minimum(q, capacity - quotas)
+        quotas += q
+        remaining -= int(q.sum())
+        share = np.where(quotas < capacity, share, 0.0)
+    return quotas
+
+
+def _spread(n: int, weight: np.ndarray, capacity: np.ndarray, rng) -> np.ndarray:
+    """Draw per-tier counts for ``n`` items (multinomial by ``weight``) within ``capacity``."""
+    counts = np.zeros(len(weight), np.int64)
+    w = np.where(capacity > 0, weight.astype(np.float64), 0.0)
+    if w.sum() == 0:
+        w = (capacity > 0).astype(np.float64)
+    while n > 0 and w.sum() > 0:
+        draw = np.minimum(rng.multinomial(n, w / w.sum()), capacity - counts)
+        counts += draw
+        n -= int(draw.sum())
+        w = np.where(counts < capacity, w, 0.0)
+    return counts
+
+
+def _successes(rewards, threshold: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(rewards, np.ndarray) and rewards.ndim == 2:
+        return (rewards >= threshold).sum(axis=1).astype(np.int64), np.full(
+            len(rewards), rewards.shape[1], np.int64
+        )
+    groups = [np.asarray(r, np.float64).reshape(-1) for r in rewards]
+    if len(groups) != m:
+        raise ValueError(f"{m} ids but {len(groups)} reward groups")
+    succ = np.array([(g >= threshold).sum() for g in groups], np.int64)
+    return succ, np.array([len(g) for g in groups], np.int64)

@@ -1,0 +1,89 @@
+"""Save and restore a whole ``Curriculum`` through crash-safe snapshots.
+
+The saved state is everything the next batch depends on: the per-item arrays, the pools in
+slot order, the pool sums, the RNG state and the expansion EMA. A restored sampler therefore
+draws the very batch the saved one would have drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlcs.config import CurriculumConfig
+from rlcs.curriculum.core import Curriculum
+from rlcs.curriculum.snapshot import read_snapshot, write_snapshot
+from rlcs.curriculum.tiers import TierScheme
+
+CURRICULUM_DIR = "curriculum"
+_ITEM_ARRAYS = ("domain", "offline", "attempts", "successes", "ema", "last_seen")
+
+
+def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
+    """Write ``cur`` to ``RUN_DIR/curriculum/`` (a new snapshot, then ``LATEST`` moves)."""
+    arrays = {name: getattr(cur, name) for name in _ITEM_ARRAYS}
+    arrays.update(
+        tier=cur.tier,
+        pool_flat=cur.pools.flat(),
+        pool_sizes=cur.pools.sizes,
+        sum_p=cur._sum_p,
+        histogram=cur.histogram,
+        domain_share=cur.domain_share,
+        reported=np.flatnonzero(cur._reported),
+    )
+    for key in ("sampled", "groups", "rollouts", "successes"):
+        arrays[f"acc_{key}"] = cur._acc[key]
+    if cur.ids is not None:
+        arrays["ids"] = cur.ids
+    meta = {
+        "version": 1,
+        "iteration": cur.iteration,
+        "num_items": cur.num_items,
+        "config": cur.config.model_dump(mode="json"),
+        "domain_names": cur.domain_names,
+        "tier_names": list(cur.scheme.names),
+        "expansion_ratio": cur.expansion_ratio,
+        "expansion_ema": cur.expansion_ema,
+        "rejected": cur.rejected,
+        "rejected_at_start": cur._rejected_at_start,
+        "active": cur._active,
+        "valid": cur._acc["valid"],
+        "rng": json.dumps(cur.rng.bit_generator.state),
+    }
+    folder = Path(run_dir) / CURRICULUM_DIR
+    return write_snapshot(folder, arrays, meta, keep=cur.config.keep_snapshots)
+
+
+def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
+    """Rebuild the sampler from the latest complete snapshot in ``RUN_DIR/curriculum/``."""
+    arrays, meta = read_snapshot(Path(run_dir) / CURRICULUM_DIR)
+    cur = Curriculum.__new__(Curriculum)
+    cur.config = CurriculumConfig.model_validate(meta["config"])
+    cur.scheme = TierScheme.from_config(cur.config)
+    for name in _ITEM_ARRAYS:
+        setattr(cur, name, np.array(arrays[name]))
+    cur.domain_names = list(meta["domain_names"])
+    cur.ids = np.array(arrays["ids"]) if "ids" in arrays else None
+    cur._index = None
+    cur.iteration = int(meta["iteration"])
+    cur.expansion_ratio = float(meta["expansion_ratio"])
+    cur.expansion_ema = float(meta["expansion_ema"])
+    cur.rejected = dict(meta["rejected"])
+    cur.rng = np.random.default_rng()
+    cur.rng.bit_generator.state = json.loads(meta["rng"])
+    cur.domain_share = np.array(arrays["domain_share"], np.float64)
+    cur.store = None
+    cur._rebuild(arrays)
+    cur._reset_iteration()
+    cur._reported[arrays["reported"]] = True
+    cur._reported_idx = [np.array(arrays["reported"])]
+    for key in ("sampled", "groups", "rollouts", "successes"):
+        cur._acc[key] = np.array(arrays[f"acc_{key}"], np.int64)
+    cur._acc["valid"] = int(meta["valid"])
+    cur._active = bool(meta["active"])
+    cur._rejected_at_start = int(meta["rejected_at_start"])
+    if attach:
+        cur.attach(run_dir)
+    return cur

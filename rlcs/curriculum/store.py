@@ -1,0 +1,126 @@
+"""The SQLite store of per-iteration aggregates that the dashboard reads.
+
+WAL mode lets the dashboard read while the sampler writes. Rows are keyed by iteration and
+written with ``INSERT OR REPLACE``, so an iteration replayed after a restore overwrites itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+STORE_NAME = "aggregates.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS iterations (
+    iteration INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    policy TEXT NOT NULL,
+    sampled INTEGER NOT NULL,
+    groups INTEGER NOT NULL,
+    valid_groups INTEGER NOT NULL,
+    valid_fraction REAL,
+    expansion_ratio REAL NOT NULL,
+    expansion_ema REAL NOT NULL,
+    mean_pass_rate REAL,
+    rejected INTEGER NOT NULL,
+    histogram TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tiers (
+    iteration INTEGER NOT NULL,
+    domain TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    population INTEGER NOT NULL,
+    sampled INTEGER NOT NULL,
+    groups INTEGER NOT NULL,
+    rollouts INTEGER NOT NULL,
+    successes INTEGER NOT NULL,
+    pass_rate REAL,
+    weight REAL NOT NULL,
+    PRIMARY KEY (iteration, domain, tier)
+);
+"""
+
+_ITER_COLS = [
+    "iteration",
+    "time",
+    "policy",
+    "sampled",
+    "groups",
+    "valid_groups",
+    "valid_fraction",
+    "expansion_ratio",
+    "expansion_ema",
+    "mean_pass_rate",
+    "rejected",
+    "histogram",
+]
+_TIER_COLS = [
+    "iteration",
+    "domain",
+    "tier",
+    "population",
+    "sampled",
+    "groups",
+    "rollouts",
+    "successes",
+    "pass_rate",
+    "weight",
+]
+
+
+class AggregateStore:
+    """Writer side: one connection held by the sampler."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.commit()
+
+    def set_meta(self, **values: Any) -> None:
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [(k, json.dumps(v)) for k, v in values.items()],
+            )
+
+    def write_iteration(self, row: dict[str, Any], tiers: list[dict[str, Any]]) -> None:
+        row = dict(row, histogram=json.dumps(row["histogram"]))
+        with self._db:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO iterations VALUES ({','.join('?' * len(_ITER_COLS))})",
+                [row[c] for c in _ITER_COLS],
+            )
+            self._db.execute("DELETE FROM tiers WHERE iteration = ?", (row["iteration"],))
+            self._db.executemany(
+                f"INSERT INTO tiers VALUES ({','.join('?' * len(_TIER_COLS))})",
+                [[t[c] for c in _TIER_COLS] for t in tiers],
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def read_store(path: str | Path) -> dict[str, Any]:
+    """Everything the dashboard plots, read through a read-only connection."""
+    path = Path(path)
+    if not path.is_file():
+        return {"meta": {}, "iterations": [], "tiers": []}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    try:
+        db.row_factory = sqlite3.Row
+        meta = {r["key"]: json.loads(r["value"]) for r in db.execute("SELECT * FROM meta")}
+        iterations = [dict(r) for r in db.execute("SELECT * FROM iterations ORDER BY iteration")]
+        for r in iterations:
+            r["histogram"] = json.loads(r["histogram"])
+        tiers = [dict(r) for r in db.execute("SELECT * FROM tiers ORDER BY iteration")]
+    finally:
+        db.close()
+    return {"meta": meta, "iterations": iterations, "tiers": tiers}
