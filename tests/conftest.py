@@ -25,3 +25,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_text_model(tmp_path_factory):
+    """An HF directory holding the tiny text-only causal LM and its tokenizer."""
+    from rlcs.models import build_tiny_text_model
+
+    return build_tiny_text_model(tmp_path_factory.mktemp("tiny-text") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """An HF directory holding the tiny GLM-4.1V-architecture VLM and its processor."""
+    from rlcs.models import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model")
+
+
+@pytest.fixture
+def shapes_image():
+    """A real RGB image with a few shapes on it, 112x84."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (112, 84), "white")
+    draw = ImageDraw.Draw(img)
+    draw.rectangle([8, 8, 48, 40], fill="red")
+    draw.ellipse([60, 30, 100, 76], fill="blue")
+    return img

@@ -1,0 +1,125 @@
+"""Tiny models built from a config, written out as ordinary HF directories.
+
+Nothing can be downloaded from a model hub here, so every test and demo starts from one of
+these: a tiny Llama-style causal LM (served by vLLM's CPU build), and a tiny
+GLM-4.1V-architecture VLM (``Glm4vForConditionalGeneration``) with a processor that needs no
+torchvision. Both use the byte-level tokenizer from :mod:`rlcs.tokenizer`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlcs.tokenizer import build_tokenizer, stop_token_ids
+
+#: Text model defaults: 2 layers, 128 wide. ``vocab_size`` is rounded up from the tokenizer's.
+TINY_TEXT: dict[str, Any] = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
+
+#: VLM defaults: head dim 32 with partial rotary 0.5 gives rotary dim 16, so the 3D-RoPE
+#: ``mrope_section`` must sum to 8.
+TINY_VLM_TEXT: dict[str, Any] = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    rope_parameters={
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "mrope_section": [2, 3, 3],
+        "partial_rotary_factor": 0.5,
+    },
+)
+TINY_VLM_VISION: dict[str, Any] = dict(
+    depth=2,
+    hidden_size=64,
+    intermediate_size=128,
+    num_heads=2,
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    image_size=112,
+)
+#: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
+TINY_VLM_PIXELS = dict(min_pixels=28 * 28, max_pixels=224 * 224)
+
+
+def _vocab_size(tokenizer, multiple: int = 64) -> int:
+    n = len(tokenizer)
+    return (n + multiple - 1) // multiple * multiple
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    ids = tokenizer.convert_tokens_to_ids
+    return dict(
+        bos_token_id=ids("[gMASK]"),
+        eos_token_id=stop_token_ids(tokenizer),
+        pad_token_id=ids("<|pad|>"),
+    )
+
+
+def build_tiny_text_model(
+    path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any
+) -> Path:
+    """Write a randomly initialised tiny Llama causal LM and its tokenizer to ``path``."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    tok = build_tokenizer()
+    special = _special_ids(tok)
+    cfg = LlamaConfig(vocab_size=_vocab_size(tok), **{**TINY_TEXT, **overrides}, **special)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    model.generation_config = GenerationConfig(**special)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def build_tiny_vlm(path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any) -> Path:
+    """Write a randomly initialised tiny ``Glm4vForConditionalGeneration``, tokenizer and
+    image-processor config to ``path``."""
+    import torch
+    from transformers import GenerationConfig, Glm4vConfig, Glm4vForConditionalGeneration
+
+    from rlcs.vlm_processor import TinyGlm4vProcessor, build_image_processor
+
+    path = Path(path)
+    tok = build_tokenizer()
+    special = _special_ids(tok)
+    ids = tok.convert_tokens_to_ids
+    text_cfg = {**TINY_VLM_TEXT, **overrides.pop("text", {})}
+    vision_cfg = {**TINY_VLM_VISION, **overrides.pop("vision", {})}
+    vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
+    cfg = Glm4vConfig(
+        text_config={**text_cfg, "vocab_size": _vocab_size(tok), "pad_token_id": special["pad_token_id"]},
+        vision_config=vision_cfg,
+        image_token_id=ids("<|image|>"),
+        video_token_id=ids("<|video|>"),
+        image_start_token_id=ids("<|begin_of_image|>"),
+        image_end_token_id=ids("<|end_of_image|>"),
+        video_start_token_id=ids("<|begin_of_video|>"),
+        video_end_token_id=ids("<|end_of_video|>"),
+        **overrides,
+    )
+    torch.manual_seed(seed)
+    model = Glm4vForConditionalGeneration(cfg).to(getattr(torch, dtype))
+    model.generation_config = GenerationConfig(**special)
+    model.save_pretrained(path)
+    TinyGlm4vProcessor(tok, build_image_processor(vision_cfg)).save_pretrained(path)
+    return path
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,97 @@
+from pathlib import Path
+
+import pytest
+
+from rlcs.config import Config, ConfigError, load_config, write_resolved
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def write(tmp_path, text: str) -> Path:
+    p = tmp_path / "run.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_follow_the_recipe(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  tiny: text\n"))
+    assert cfg.stage == "rl"
+    assert cfg.rollout.top_p == 1.0
+    assert (cfg.learner.grpo.eps_low, cfg.learner.grpo.eps_high) == (0.2, 0.28)
+    assert cfg.learner.grpo.kl_coef == 0.0 and cfg.learner.grpo.entropy_coef == 0.0
+    assert cfg.learner.grpo.loss_agg == "sample"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nrollout:\n  nn: 8\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert f"{p}: rollout.nn: unknown key" in str(e.value)
+
+
+def test_unknown_section_is_an_error(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nrolout:\n  n: 8\n")
+    with pytest.raises(ConfigError, match=r"rolout: unknown key"):
+        load_config(p)
+
+
+def test_wrong_type_names_key_file_and_value(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nrollout:\n  n: eight\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert f"{p}: rollout.n:" in msg and "valid integer" in msg and "'eight'" in msg
+
+
+def test_bad_value_names_key(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nlearner:\n  zero_stage: 4\n")
+    with pytest.raises(ConfigError, match=r"learner\.zero_stage: Input should be less than or equal to 3"):
+        load_config(p)
+
+
+def test_bad_choice_names_allowed_values(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nstage: finetune\n")
+    with pytest.raises(ConfigError, match=r"stage: Input should be 'pretrain', 'sft' or 'rl'"):
+        load_config(p)
+
+
+def test_overrides_are_typed_and_applied(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\n")
+    cfg = load_config(p, ["rollout.n=4", "rollout.temperature=0.7", "run.name=abc", "stage=sft"])
+    assert cfg.rollout.n == 4 and cfg.rollout.temperature == 0.7
+    assert cfg.run.name == "abc" and cfg.stage == "sft"
+
+
+def test_bad_override_is_attributed_to_set(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\n")
+    with pytest.raises(ConfigError, match=r"--set: rollout\.top_p: Input should be less than or equal to 1"):
+        load_config(p, ["rollout.top_p=1.5"])
+    with pytest.raises(ConfigError, match=r"--set: rollout\.bogus: unknown key"):
+        load_config(p, ["rollout.bogus=1"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_config(p, ["rollout.n"])
+
+
+def test_missing_file_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_model_source_required(tmp_path):
+    with pytest.raises(ConfigError, match="set either model.path"):
+        load_config(write(tmp_path, "model: {}\n"))
+
+
+def test_resolved_config_written_and_reloadable(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  tiny: vlm\n"), ["rollout.n=3"])
+    out = write_resolved(cfg, tmp_path / "runs" / "x")
+    assert out.name == "config.yaml"
+    again = load_config(out)
+    assert again == cfg
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_load(path):
+    assert isinstance(load_config(path), Config)
