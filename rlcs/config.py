@@ -114,7 +114,10 @@ class CurriculumConfig(Section):
         0.05, ge=0.0, le=1.0, description="Least per-item tier weight, so no tier starves."
     )
     weight_power: float = Field(
-        1.0, gt=0.0, description="Tier weight = (4 p (1 - p)) ** power, p the tier's pass rate."
+        2.0, gt=0.0, description="Tier weight = (4 p (1 - p)) ** power, p the tier's pass rate."
+    )
+    tier_rate_ema: float = Field(
+        0.5, gt=0.0, le=1.0, description="Weight of the newest iteration in a tier's pass rate."
     )
     unseen_weight: float = Field(
         1.0, ge=0.0, description="Per-item weight of items with no evidence at all."

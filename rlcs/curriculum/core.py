@@ -69,6 +69,7 @@ class Curriculum:
         self.rng = np.random.default_rng(self.config.seed)
         self.set_domain_weights(domain_weights)
         self.store = None
+        self.observed = np.full(self._shape, np.nan)
         self._rebuild()
         self._reset_iteration()
 
@@ -135,10 +136,15 @@ class Curriculum:
         return self.pools.sizes.reshape(self._shape)
 
     def weights(self) -> np.ndarray:
-        """The per-item weight table ``[domain, tier]`` the next batch is drawn with."""
+        """The per-item weight table ``[domain, tier]`` the next batch is drawn with.
+
+        A tier's pass rate is what its groups scored lately (``observed``), because items move
+        on as soon as they are trained; before any group, it is its members' mean estimate.
+        """
         pop = self.population()
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = self._sum_p / pop
+        mean = np.where(np.isnan(self.observed), mean, self.observed)
         return tier_weights(mean, pop, self.config, self.scheme.unseen)
 
     # -- sampling --------------------------------------------------------------------------
@@ -294,6 +300,11 @@ class Curriculum:
             self.expansion_ema = expansion.update_ema(
                 self.expansion_ema, self.expansion_ratio, cfg.expansion_ema, cfg.expansion_cap
             )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = acc["successes"] / acc["rollouts"]
+        a = self.config.tier_rate_ema
+        blended = np.where(np.isnan(self.observed), rate, (1 - a) * self.observed + a * rate)
+        self.observed = np.where(np.isnan(rate), self.observed, blended)
         row = self._aggregates(groups, valid_fraction)
         if self.store is not None:
             self.store.write_iteration(*row)

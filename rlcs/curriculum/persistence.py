@@ -29,6 +29,7 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         pool_flat=cur.pools.flat(),
         pool_sizes=cur.pools.sizes,
         sum_p=cur._sum_p,
+        observed=cur.observed,
         histogram=cur.histogram,
         domain_share=cur.domain_share,
         reported=np.flatnonzero(cur._reported),
@@ -75,6 +76,7 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     cur.rng.bit_generator.state = json.loads(meta["rng"])
     cur.domain_share = np.array(arrays["domain_share"], np.float64)
     cur.store = None
+    cur.observed = np.array(arrays["observed"], np.float64)
     cur._rebuild(arrays)
     cur._reset_iteration()
     cur._reported[arrays["reported"]] = True
