@@ -49,8 +49,11 @@ def scale(n_items: int, rounds: int, group: int) -> dict[str, float]:
         offline=offline,
     )
     init_s = time.perf_counter() - t0
+    for zeroed in (cur.attempts, cur.successes, cur.ema, cur._reported):
+        zeroed[:] = 0  # calloc'd pages count only once written; a run writes them all
     gc.collect()
     bytes_per_item = (rss_bytes() - base) / n_items
+    print(f"arrays: {cur.nbytes() / n_items:.1f} bytes/item (pool capacity included)")
     truth = rng.random(n_items, dtype=np.float32)  # not part of the sampler's memory
     print(f"init: {init_s:.2f} s, resident {bytes_per_item:.1f} bytes/item (N={n_items:,})")
 

@@ -114,23 +114,33 @@ class Curriculum:
 
         A restore passes the saved pools and sums, so that it continues bit for bit.
         """
-        p = self.pass_rate()
-        self.tier = self.scheme.tier_of(p)
-        keys = self._keys(self.tier, self.domain)
         size = int(np.prod(self._shape))
         if saved is not None:
-            self.pools = TierPools.from_flat(saved["pool_flat"], saved["pool_sizes"], len(keys))
+            self.tier = np.array(saved["tier"], np.uint8)
+            n = self.num_items
+            self.pools = TierPools.from_flat(saved["pool_flat"], saved["pool_sizes"], n)
             self._sum_p = np.array(saved["sum_p"], np.float64)
             self.histogram = np.array(saved["histogram"], np.int64)
             return
+        p = self.pass_rate()
+        self.tier = self.scheme.tier_of(p)
+        keys = self._keys(self.tier, self.domain)
         self.pools = TierPools(keys, size)
         seen = ~np.isnan(p)
-        self._sum_p = np.bincount(keys[seen], p[seen], minlength=size).reshape(self._shape)
+        sums = np.bincount(keys[seen], p[seen], minlength=size).astype(np.float64)
+        self._sum_p = sums.reshape(self._shape)
         self.histogram = np.bincount(self._bins(p[seen]), minlength=HIST_BINS).astype(np.int64)
 
     @staticmethod
     def _bins(p: np.ndarray) -> np.ndarray:
         return np.minimum((p * HIST_BINS).astype(np.int64), HIST_BINS - 1)
+
+    def nbytes(self) -> int:
+        """Bytes held for the items: every per-item array plus the pools' capacity."""
+        arrays = (self.domain, self.offline, self.attempts, self.successes, self.ema)
+        arrays += (self.last_seen, self.tier, self._reported)
+        ids = 0 if self.ids is None else self.ids.nbytes
+        return sum(a.nbytes for a in arrays) + self.pools.nbytes() + ids
 
     def population(self) -> np.ndarray:
         return self.pools.sizes.reshape(self._shape)

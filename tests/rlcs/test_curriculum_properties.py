@@ -1,0 +1,49 @@
+"""Property: a batch never repeats an item, never leaves 0..N-1, and keeps the domain mix."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlcs.config import CurriculumConfig
+from rlcs.curriculum import Curriculum
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    num_domains=st.integers(1, 5),
+    shares=st.lists(st.floats(0.05, 1.0), min_size=5, max_size=5),
+    batch=st.integers(1, 400),
+    policy=st.sampled_from(["rlcs", "uniform", "dapo_filter"]),
+    seed=st.integers(0, 2**31 - 1),
+    warmup=st.integers(0, 3),
+)
+def test_batches_are_distinct_in_range_and_keep_domain_proportions(
+    n, num_domains, shares, batch, policy, seed, warmup
+):
+    rng = np.random.default_rng(seed)
+    domains = rng.integers(0, num_domains, n)
+    names = [f"d{i}" for i in range(num_domains)]
+    weights = {d: shares[i] for i, d in enumerate(names)}
+    offline = np.where(rng.random(n) < 0.5, rng.random(n), np.nan)
+    config = CurriculumConfig(policy=policy, seed=seed)
+    cur = Curriculum(domains, config, domain_names=names, offline=offline, domain_weights=weights)
+    truth = rng.random(n)
+    for _ in range(warmup):
+        idx = cur.next_batch(batch)
+        cur.report(idx, rng.random((len(idx), 4)) < truth[idx, None])
+    idx = cur.next_batch(batch)
+    assert len(idx) == len(np.unique(idx))
+    assert idx.min() >= 0 and idx.max() < n
+    counts = np.bincount(domains[idx], minlength=num_domains)
+    available = np.bincount(domains, minlength=num_domains)
+    present = available > 0
+    share = np.array([weights[d] for d in names]) * present
+    expected = len(idx) * share / share.sum()
+    # Every domain gets its share (to within rounding) unless it has too few items to give.
+    short = counts < np.floor(expected) - 1
+    assert np.all(counts[short] == available[short])
+    if not short.any():
+        assert np.all(np.abs(counts - expected) <= 1.0 + 1e-9)
