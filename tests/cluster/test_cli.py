@@ -1,0 +1,36 @@
+import subprocess
+import sys
+
+from cluster import cli
+
+
+def test_help_lists_every_planned_subcommand():
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for name in ("train", "demo", "serve-rewards", "dashboard"):
+        assert name in r.stdout
+
+
+def test_console_script_is_installed():
+    r = subprocess.run(["rlcs", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "Curriculum Sampling" in r.stdout
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    assert cli.main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+
+
+def test_unbuilt_command_says_so_and_fails(monkeypatch, capsys):
+    monkeypatch.setitem(cli.COMMANDS, "train", ("cluster.not_a_module_yet", "main", "x"))
+    assert cli.main(["train", "configs/tiny-text.yaml"]) == 3
+    assert "rlcs train: not built yet" in capsys.readouterr().err
+
+
+def test_subcommands_dispatch_with_parsed_arguments(monkeypatch):
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "train", ("json", "dumps", "x"))
+    monkeypatch.setattr("json.dumps", lambda args: seen.setdefault("args", args) and 0)
+    cli.main(["train", "c.yaml", "--set", "rollout.n=2", "--set", "run.name=a", "--resume"])
+    args = seen["args"]
+    assert (args.config, args.overrides, args.resume) == ("c.yaml", ["rollout.n=2", "run.name=a"], True)

@@ -1,0 +1,107 @@
+import json
+
+import pytest
+import torch
+
+from rlcs.tokenizer import CONTROL_TOKENS, FORMAT_TOKENS, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def test_markers_are_single_tokens_and_survive_decoding(tok):
+    for t in FORMAT_TOKENS + CONTROL_TOKENS:
+        assert len(tok.encode(t, add_special_tokens=False)) == 1, t
+    text = "<think>½ + ⅓ = 5/6 ✓</think><answer><|begin_of_box|>5/6<|end_of_box|></answer>"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_chat_template_thinking_and_nothink(tok):
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "2+2?"}]}]
+    think = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert (
+        think
+        == "[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>2+2?<|assistant|>\n"
+    )
+    nothink = tok.apply_chat_template(
+        msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert nothink.endswith("2+2?/nothink<|assistant|>\n<think></think>")
+
+
+def test_tiny_text_model_directory_loads(tiny_text_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in tiny_text_model.iterdir()
+    }
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model)
+    tok = AutoTokenizer.from_pretrained(tiny_text_model)
+    assert model.config.vocab_size >= len(tok)
+    out = model.generate(
+        **tok("[gMASK]<sop>", return_tensors="pt"), max_new_tokens=5, do_sample=False
+    )
+    assert 2 < out.shape[1] <= 2 + 5  # prompt is 2 tokens; generation may stop at a stop token
+
+
+def test_tiny_vlm_forward_and_generate_on_a_real_image(tiny_vlm, shapes_image):
+    from transformers import Glm4vForConditionalGeneration
+
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    config = json.loads((tiny_vlm / "config.json").read_text())
+    assert config["architectures"] == ["Glm4vForConditionalGeneration"]
+    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    model = Glm4vForConditionalGeneration.from_pretrained(tiny_vlm).eval()
+    msgs = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What shapes?"}]}
+    ]
+    enc = proc(proc.apply_chat_template(msgs, add_generation_prompt=True), [shapes_image])
+    # 112x84 with 14px patches -> 8x6 patches, merged 2x2 -> 12 image tokens
+    assert enc["image_grid_thw"].tolist() == [[1, 6, 8]]
+    assert int(enc["mm_token_type_ids"].sum()) == 12
+    with torch.no_grad():
+        logits = model(**enc).logits
+    assert logits.shape[:2] == enc["input_ids"].shape and torch.isfinite(logits).all()
+    out = model.generate(**enc, max_new_tokens=6, do_sample=False)
+    assert out.shape[1] == enc["input_ids"].shape[1] + 6
+    # the image changes what the model computes
+    blank = proc(
+        proc.apply_chat_template(msgs, add_generation_prompt=True), [shapes_image.transpose(0)]
+    )
+    with torch.no_grad():
+        assert not torch.allclose(model(**blank).logits[0, -1], logits[0, -1])
+
+
+def test_processor_refuses_double_expansion(tiny_vlm, shapes_image):
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    text = proc.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}]}], add_generation_prompt=True
+    )
+    once = proc.expand_image_tokens(text, [12])
+    assert once.count("<|image|>") == 12
+    with pytest.raises(
+        ValueError, match=r"12 <\|image\|> placeholders for 1 images \(was it expanded already\?\)"
+    ):
+        proc(once, [shapes_image])
+
+
+def test_processor_batches_prompts_with_and_without_images(tiny_vlm, shapes_image):
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    with_img = proc.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}]}], add_generation_prompt=True
+    )
+    text_only = proc.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True
+    )
+    enc = proc([with_img, text_only], [[shapes_image], []])
+    assert enc["input_ids"].shape[0] == 2
+    assert enc["mm_token_type_ids"][0].sum() == 12 and enc["mm_token_type_ids"][1].sum() == 0
+    assert enc["attention_mask"][1, 0] == 0  # left padding
