@@ -52,7 +52,9 @@ def run(run_dir: Path, max_tokens: int = 64, n: int = 2) -> dict:
 
     tok = llm.get_tokenizer()
     prompts = [
-        tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        tok.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
         for p in PROMPTS
     ]
     params = SamplingParams(
@@ -72,7 +74,9 @@ def run(run_dir: Path, max_tokens: int = 64, n: int = 2) -> dict:
     samples = []
     for prompt, out in zip(PROMPTS, outputs, strict=True):
         for c in out.outputs:
-            mean_lp = sum(next(iter(d.values())).logprob for d in c.logprobs) / max(1, len(c.logprobs))
+            mean_lp = sum(next(iter(d.values())).logprob for d in c.logprobs) / max(
+                1, len(c.logprobs)
+            )
             table.add_row(prompt, str(len(c.token_ids)), f"{mean_lp:.2f}", c.finish_reason)
             samples.append(
                 {"prompt": prompt, "response": c.text, "token_ids": list(c.token_ids),

@@ -39,7 +39,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def local_ray_head(num_cpus: int = 1, token: str | None = None, ready_timeout: float = 120) -> Iterator[LocalHead]:
+def local_ray_head(
+    num_cpus: int = 1, token: str | None = None, ready_timeout: float = 120
+) -> Iterator[LocalHead]:
     """Run a token-authenticated Ray head on 127.0.0.1 for the duration of the block."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token or secrets.token_hex(32))
     env.pop("RAY_ADDRESS", None)
@@ -56,7 +58,12 @@ def local_ray_head(num_cpus: int = 1, token: str | None = None, ready_timeout: f
         f"--metrics-export-port={free_port()}",
     ]  # fmt: skip
     proc = subprocess.Popen(
-        cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     head = LocalHead(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", env)
     try:

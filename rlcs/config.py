@@ -94,7 +94,8 @@ class CurriculumConfig(Section):
     """
 
     policy: Literal["rlcs", "uniform", "dapo_filter"] = Field(
-        "rlcs", description="rlcs: tier-weighted + expansion; uniform; dapo_filter: drop 0/1 groups."
+        "rlcs",
+        description="rlcs: tier-weighted + expansion; uniform; dapo_filter: drop 0/1 groups.",
     )
     tier_boundaries: list[float] = Field(
         default_factory=lambda: [0.1, 0.3, 0.7, 0.9],

@@ -159,7 +159,9 @@ def load_items(
                 raise DatasetError(p, lineno, f"{key}: {msg}") from None
             if item.domain not in allowed:
                 raise DatasetError(
-                    p, lineno, f"unknown domain {item.domain!r} (known: {', '.join(sorted(allowed))})"
+                    p,
+                    lineno,
+                    f"unknown domain {item.domain!r} (known: {', '.join(sorted(allowed))})",
                 )
             if item.id in seen:
                 f0, l0 = seen[item.id]

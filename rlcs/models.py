@@ -87,7 +87,9 @@ def build_tiny_text_model(
     return path
 
 
-def build_tiny_vlm(path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any) -> Path:
+def build_tiny_vlm(
+    path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any
+) -> Path:
     """Write a randomly initialised tiny ``Glm4vForConditionalGeneration``, tokenizer and
     image-processor config to ``path``."""
     import torch
@@ -103,7 +105,11 @@ def build_tiny_vlm(path: str | Path, seed: int = 0, dtype: str = "float32", **ov
     vision_cfg = {**TINY_VLM_VISION, **overrides.pop("vision", {})}
     vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
     cfg = Glm4vConfig(
-        text_config={**text_cfg, "vocab_size": _vocab_size(tok), "pad_token_id": special["pad_token_id"]},
+        text_config={
+            **text_cfg,
+            "vocab_size": _vocab_size(tok),
+            "pad_token_id": special["pad_token_id"],
+        },
         vision_config=vision_cfg,
         image_token_id=ids("<|image|>"),
         video_token_id=ids("<|video|>"),

@@ -87,7 +87,9 @@ def build_tokenizer():
 
 def stop_token_ids(tokenizer) -> list[int]:
     """Ids that end an assistant turn: end of text, or the model starting a new turn."""
-    return [tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>")]
+    return [
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>")
+    ]
 
 
 def save_tokenizer(tokenizer, path: str | Path) -> None:

@@ -18,7 +18,9 @@ IMAGE_TOKEN = "<|image|>"
 _CONFIG_NAME = "rlcs_processor.json"
 
 
-def build_image_processor(vision_cfg: dict[str, Any], min_pixels: int | None = None, max_pixels: int | None = None):
+def build_image_processor(
+    vision_cfg: dict[str, Any], min_pixels: int | None = None, max_pixels: int | None = None
+):
     """The PIL GLM-4.1V image processor, sized for ``vision_cfg``."""
     from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 
@@ -53,7 +55,9 @@ class TinyGlm4vProcessor:
         path = Path(path)
         if not (path / _CONFIG_NAME).is_file():
             raise FileNotFoundError(f"{path}: no {_CONFIG_NAME}; not a directory written by rlcs")
-        return cls(AutoTokenizer.from_pretrained(path), Glm4vImageProcessorPil.from_pretrained(path))
+        return cls(
+            AutoTokenizer.from_pretrained(path), Glm4vImageProcessorPil.from_pretrained(path)
+        )
 
     def save_pretrained(self, path: str | Path) -> None:
         path = Path(path)
@@ -73,7 +77,9 @@ class TinyGlm4vProcessor:
         found = text.count(IMAGE_TOKEN)
         if found != len(counts):
             hint = " (was it expanded already?)" if found > len(counts) else ""
-            raise ValueError(f"prompt has {found} {IMAGE_TOKEN} placeholders for {len(counts)} images{hint}")
+            raise ValueError(
+                f"prompt has {found} {IMAGE_TOKEN} placeholders for {len(counts)} images{hint}"
+            )
         parts = text.split(IMAGE_TOKEN)
         out = [parts[0]]
         for n, rest in zip(counts, parts[1:], strict=True):

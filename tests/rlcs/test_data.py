@@ -33,10 +33,23 @@ def test_jsonl_with_relative_and_base64_images(dataset_dir):
     p = write_lines(
         dataset_dir / "train.jsonl",
         [
-            {"id": "m1", "domain": "math", "prompt": "2+2?", "images": ["img/a.png"], "answer": "4"},
+            {
+                "id": "m1",
+                "domain": "math",
+                "prompt": "2+2?",
+                "images": ["img/a.png"],
+                "answer": "4",
+            },
             {"id": 7, "domain": "ocr", "prompt": "read", "images": [b64], "answer": "AB"},
-            {"id": "g1", "domain": "grounding", "prompt": "box", "images": [f"data:image/png;base64,{b64}"],
-             "answer": [[1, 2, 30, 40]], "difficulty": 0.25, "meta": {"src": "x"}},
+            {
+                "id": "g1",
+                "domain": "grounding",
+                "prompt": "box",
+                "images": [f"data:image/png;base64,{b64}"],
+                "answer": [[1, 2, 30, 40]],
+                "difficulty": 0.25,
+                "meta": {"src": "x"},
+            },
         ],
     )
     items = load_items(p)
@@ -59,8 +72,14 @@ def test_parquet_round_trip(dataset_dir):
         ({"id": "a", "domain": "poetry", "prompt": "x"}, "unknown domain 'poetry'"),
         ({"id": "a", "domain": "math"}, "prompt: Field required"),
         ({"id": "a", "domain": "math", "prompt": "x", "colour": 1}, "colour: unknown field"),
-        ({"id": "a", "domain": "math", "prompt": "x", "images": ["img/missing.png"]}, "image not found"),
-        ({"id": "a", "domain": "math", "prompt": "x", "images": ["data:image/png;base64,!!!"]}, "invalid base64"),
+        (
+            {"id": "a", "domain": "math", "prompt": "x", "images": ["img/missing.png"]},
+            "image not found",
+        ),
+        (
+            {"id": "a", "domain": "math", "prompt": "x", "images": ["data:image/png;base64,!!!"]},
+            "invalid base64",
+        ),
         ("{not json", "invalid JSON"),
         ("[1, 2]", "a row must be a JSON object"),
     ],
@@ -77,15 +96,20 @@ def test_bad_line_names_file_line_and_reason(dataset_dir, row, reason):
 
 def test_unreadable_image_file(dataset_dir):
     (dataset_dir / "img" / "broken.png").write_bytes(b"not an image at all")
-    p = write_lines(dataset_dir / "d.jsonl", [{"id": "a", "domain": "ocr", "prompt": "x", "images": ["img/broken.png"]}])
+    p = write_lines(
+        dataset_dir / "d.jsonl",
+        [{"id": "a", "domain": "ocr", "prompt": "x", "images": ["img/broken.png"]}],
+    )
     with pytest.raises(DatasetError, match=r"d\.jsonl:1: image 'img/broken.png': unreadable image"):
         load_items(p)
 
 
 def test_duplicate_ids_across_files(dataset_dir):
     a = write_lines(dataset_dir / "a.jsonl", [{"id": "x", "domain": "math", "prompt": "1"}])
-    b = write_lines(dataset_dir / "b.jsonl", [{"id": "y", "domain": "math", "prompt": "2"},
-                                              {"id": "x", "domain": "vqa", "prompt": "3"}])
+    b = write_lines(
+        dataset_dir / "b.jsonl",
+        [{"id": "y", "domain": "math", "prompt": "2"}, {"id": "x", "domain": "vqa", "prompt": "3"}],
+    )
     with pytest.raises(DatasetError) as e:
         load_items([a, b])
     assert f"{b}:2: duplicate id 'x' (first at {a}:1)" == str(e.value)
@@ -105,11 +129,19 @@ def test_missing_file_and_unsupported_type(tmp_path):
 
 
 def test_write_jsonl_round_trip(tmp_path):
-    items = [Item(id="a", domain="gui", prompt="click ok", answer={"action": "click", "point": [1, 2]})]
+    items = [
+        Item(id="a", domain="gui", prompt="click ok", answer={"action": "click", "point": [1, 2]})
+    ]
     assert load_items(write_jsonl(items, tmp_path / "o.jsonl")) == items
 
 
 def test_trajectory_serialises():
-    t = Trajectory(item_id="a", response="<think></think>", token_ids=[1, 2], logprobs=[-0.1, -0.2],
-                   finish_reason="stop", forced_answer=True)
+    t = Trajectory(
+        item_id="a",
+        response="<think></think>",
+        token_ids=[1, 2],
+        logprobs=[-0.1, -0.2],
+        finish_reason="stop",
+        forced_answer=True,
+    )
     assert t.to_dict()["forced_answer"] is True and t.to_dict()["reward"] is None
