@@ -30,6 +30,9 @@ class ReportError(ValueError):
         super().__init__(message)
         self.bad = bad
 
+    def __reduce__(self):
+        return (ReportError, (str(self), self.bad))  # survives pickling across Ray
+
 
 class Curriculum:
     """Samples prompts by difficulty tier and learns each item's pass rate from its groups."""
