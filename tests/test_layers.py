@@ -49,7 +49,7 @@ def test_rewards_imports_without_heavy_packages():
     code = "import importlib, rewards\n" + "".join(
         f"importlib.import_module({m!r})\n" for m in modules
     )
-    code += "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
+    code += f"import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
     r = run_blocked(code)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "[]"
