@@ -6,6 +6,7 @@ itself crash-safe in the run directory, where the dashboard reads it.
 """
 
 from rlcs.curriculum.core import Curriculum, ReportError
+from rlcs.curriculum.evidence import merged_pass_rate
 from rlcs.curriculum.expansion import (
     expansion_ratio,
     oversampled,
@@ -30,6 +31,7 @@ __all__ = [
     "curriculum_from_items",
     "expansion_ratio",
     "load_curriculum",
+    "merged_pass_rate",
     "oversampled",
     "read_snapshot",
     "read_store",

@@ -17,7 +17,9 @@ import numpy as np
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import expansion
+from rlcs.curriculum.evidence import group_successes, merged_pass_rate
 from rlcs.curriculum.pools import TierPools
+from rlcs.curriculum.quotas import split_quota, spread_over_tiers
 from rlcs.curriculum.tiers import TierScheme, tier_weights
 
 HIST_BINS = 20
@@ -98,16 +100,10 @@ class Curriculum:
         self.domain_share = np.where(counts > 0, self.domain_share, 0.0)
 
     def pass_rate(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Offline and online evidence merged: the offline rate counts as prior pseudo-attempts."""
-        off = self.offline[idx].astype(np.float64)
-        n = self.attempts[idx].astype(np.float64)
-        w0 = np.where(np.isnan(off), 0.0, self.config.offline_prior_weight)
-        total = w0 + n
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p = (w0 * np.nan_to_num(off) + n * self.ema[idx].astype(np.float64)) / total
-        p[total == 0] = np.nan
-        p[(total == 0) & ~np.isnan(off)] = off[(total == 0) & ~np.isnan(off)]
-        return p
+        """Each item's current pass rate: offline and online evidence merged (NaN: unseen)."""
+        return merged_pass_rate(
+            self.offline[idx], self.attempts[idx], self.ema[idx], self.config.offline_prior_weight
+        )
 
     def _keys(self, tiers: np.ndarray, domains: np.ndarray) -> np.ndarray:
         return domains.astype(np.int64) * self.scheme.num_tiers + tiers
@@ -180,11 +176,13 @@ class Curriculum:
 
     def _sample(self, n: int, exclude: bool) -> np.ndarray:
         available = self.population() - self._acc["sampled"]
-        quotas = _split(n, self.domain_share, available.sum(axis=1))
+        quotas = split_quota(n, self.domain_share, available.sum(axis=1))
         weights = self.weights()
         out = []
         for d in np.flatnonzero(quotas).tolist():
-            counts = _spread(int(quotas[d]), weights[d] * available[d], available[d], self.rng)
+            counts = spread_over_tiers(
+                int(quotas[d]), weights[d] * available[d], available[d], self.rng
+            )
             for t in np.flatnonzero(counts).tolist():
                 key = d * self.scheme.num_tiers + t
                 taken = self.last_seen if exclude else None
@@ -222,7 +220,7 @@ class Curriculum:
         leaves the state untouched.
         """
         idx = self.index_of(ids)
-        succ, sizes = _successes(rewards, self.config.success_threshold, len(idx))
+        succ, sizes = group_successes(rewards, self.config.success_threshold, len(idx))
         bad: dict[str, list] = {"unknown": [], "duplicate": [], "not_sampled": []}
         known = idx >= 0
         bad["unknown"] = [ids[i] for i in np.flatnonzero(~known)]
@@ -386,46 +384,3 @@ class Curriculum:
             policy=self.config.policy,
             num_items=self.num_items,
         )
-
-
-def _split(n: int, share: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Largest-remainder split of ``n`` by ``share``, capped by ``capacity``, overflow passed on."""
-    quotas = np.zeros(len(share), np.int64)
-    share = np.where(capacity > 0, share, 0.0)
-    remaining = min(n, int(capacity.sum()))
-    while remaining > 0 and share.sum() > 0:
-        exact = remaining * share / share.sum()
-        q = np.floor(exact).astype(np.int64)
-        order = np.argsort(-(exact - q), kind="stable")
-        q[order[: remaining - q.sum()]] += 1
-        q = np.minimum(q, capacity - quotas)
-        quotas += q
-        remaining -= int(q.sum())
-        share = np.where(quotas < capacity, share, 0.0)
-    return quotas
-
-
-def _spread(n: int, weight: np.ndarray, capacity: np.ndarray, rng) -> np.ndarray:
-    """Draw per-tier counts for ``n`` items (multinomial by ``weight``) within ``capacity``."""
-    counts = np.zeros(len(weight), np.int64)
-    w = np.where(capacity > 0, weight.astype(np.float64), 0.0)
-    if w.sum() == 0:
-        w = (capacity > 0).astype(np.float64)
-    while n > 0 and w.sum() > 0:
-        draw = np.minimum(rng.multinomial(n, w / w.sum()), capacity - counts)
-        counts += draw
-        n -= int(draw.sum())
-        w = np.where(counts < capacity, w, 0.0)
-    return counts
-
-
-def _successes(rewards, threshold: float, m: int) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(rewards, np.ndarray) and rewards.ndim == 2:
-        return (rewards >= threshold).sum(axis=1).astype(np.int64), np.full(
-            len(rewards), rewards.shape[1], np.int64
-        )
-    groups = [np.asarray(r, np.float64).reshape(-1) for r in rewards]
-    if len(groups) != m:
-        raise ValueError(f"{m} ids but {len(groups)} reward groups")
-    succ = np.array([(g >= threshold).sum() for g in groups], np.int64)
-    return succ, np.array([len(g) for g in groups], np.int64)
