@@ -1,0 +1,155 @@
+"""Reads a run directory for the dashboard: the SQLite aggregates and the latest snapshot.
+
+Only files are read, never the sampler process, so the same code serves a live run (the
+writer keeps appending) and a finished one. Snapshot arrays are memory-mapped, so a table
+query over 10M items touches only the columns it filters on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlcs.curriculum import (
+    CURRICULUM_DIR,
+    STORE_NAME,
+    SnapshotError,
+    merged_pass_rate,
+    read_snapshot,
+    read_store,
+)
+from rlcs.curriculum.snapshot import LATEST
+
+
+class RunReader:
+    """One run directory; caches the memory-mapped snapshot until ``LATEST`` moves."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.folder = self.run_dir / CURRICULUM_DIR
+        self._snap_key: str | None = None
+        self._snap: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
+
+    def store(self) -> dict[str, Any]:
+        return read_store(self.folder / STORE_NAME)
+
+    def snapshot(self) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+        pointer = self.folder / LATEST
+        key = pointer.read_text().strip() if pointer.is_file() else None
+        if key != self._snap_key or self._snap is None:
+            try:
+                self._snap = read_snapshot(self.folder, mmap=True)
+            except (SnapshotError, FileNotFoundError):
+                self._snap = None
+            self._snap_key = key
+        return self._snap
+
+    def summary(self) -> dict[str, Any]:
+        store = self.store()
+        snap = self.snapshot()
+        last = store["iterations"][-1] if store["iterations"] else None
+        return {
+            "run_dir": str(self.run_dir),
+            "run": self.run_dir.name,
+            "policy": store["meta"].get("policy")
+            or (snap[1]["config"]["policy"] if snap else None),
+            "num_items": store["meta"].get("num_items") or (snap[1]["num_items"] if snap else 0),
+            "domains": store["meta"].get("domains") or (snap[1]["domain_names"] if snap else []),
+            "tiers": store["meta"].get("tiers") or (snap[1]["tier_names"] if snap else []),
+            "iteration": last["iteration"] if last else 0,
+            "updated": last["time"] if last else None,
+            "snapshot_iteration": snap[1]["iteration"] if snap else None,
+        }
+
+    def series(self) -> dict[str, Any]:
+        """Per-iteration curves, shaped for plotting: one list per quantity."""
+        store = self.store()
+        its = store["iterations"]
+        tiers = store["meta"].get("tiers", [])
+        domains = store["meta"].get("domains", [])
+        x = [r["iteration"] for r in its]
+        pos = {it: i for i, it in enumerate(x)}
+        population = {t: [0] * len(x) for t in tiers}
+        sampled = {t: [0] * len(x) for t in tiers}
+        sums: dict[tuple[str, str], list[list[int]]] = {}
+        for r in store["tiers"]:
+            i = pos.get(r["iteration"])
+            if i is None:
+                continue
+            population[r["tier"]][i] += r["population"]
+            sampled[r["tier"]][i] += r["sampled"]
+            for dom in (r["domain"], "all"):
+                acc = sums.setdefault((dom, r["tier"]), [[0] * len(x), [0] * len(x)])
+                acc[0][i] += r["successes"]
+                acc[1][i] += r["rollouts"]
+        pass_rate = {
+            dom: {
+                t: [s / n if n else None for s, n in zip(*sums[(dom, t)], strict=True)]
+                for t in tiers
+                if (dom, t) in sums
+            }
+            for dom in ["all", *domains]
+        }
+        return {
+            "iterations": x,
+            "tiers": tiers,
+            "domains": domains,
+            "population": population,
+            "sampled": sampled,
+            "pass_rate": pass_rate,
+            "expansion_ratio": [r["expansion_ratio"] for r in its],
+            "expansion_ema": [r["expansion_ema"] for r in its],
+            "valid_fraction": [r["valid_fraction"] for r in its],
+            "mean_pass_rate": [r["mean_pass_rate"] for r in its],
+            "histogram": its[-1]["histogram"] if its else [],
+        }
+
+    def items(
+        self, q: str = "", domain: str = "", tier: str = "", offset: int = 0, limit: int = 50
+    ) -> dict[str, Any]:
+        """A filtered page of the item table from the latest snapshot."""
+        snap = self.snapshot()
+        if snap is None:
+            return {"total": 0, "rows": [], "snapshot_iteration": None}
+        arrays, meta = snap
+        n = int(meta["num_items"])
+        mask = np.ones(n, dtype=bool)
+        if domain:
+            names = meta["domain_names"]
+            code = names.index(domain) if domain in names else -1
+            mask &= arrays["domain"] == code
+        if tier:
+            names = meta["tier_names"]
+            mask &= arrays["tier"] == (names.index(tier) if tier in names else 255)
+        q = q.strip()
+        if q:
+            if "ids" in arrays:
+                found = np.char.find(np.char.lower(arrays["ids"]), q.lower().encode()) >= 0
+                mask &= found
+            else:
+                hit = np.zeros(n, dtype=bool)
+                if q.isdigit() and int(q) < n:
+                    hit[int(q)] = True
+                mask &= hit
+        matches = np.flatnonzero(mask)
+        page = matches[offset : offset + limit]
+        prior = meta["config"]["offline_prior_weight"]
+        rate = merged_pass_rate(
+            arrays["offline"][page], arrays["attempts"][page], arrays["ema"][page], prior
+        )
+        rows = []
+        for j, i in enumerate(page.tolist()):
+            rows.append(
+                {
+                    "id": arrays["ids"][i].decode() if "ids" in arrays else str(i),
+                    "domain": meta["domain_names"][int(arrays["domain"][i])],
+                    "tier": meta["tier_names"][int(arrays["tier"][i])],
+                    "attempts": int(arrays["attempts"][i]),
+                    "successes": int(arrays["successes"][i]),
+                    "pass_rate": None if np.isnan(rate[j]) else round(float(rate[j]), 4),
+                    "last_seen": int(arrays["last_seen"][i]),
+                }
+            )
+        return {"total": int(len(matches)), "rows": rows, "snapshot_iteration": meta["iteration"]}

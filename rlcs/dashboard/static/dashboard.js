@@ -1,0 +1,138 @@
+// The curriculum dashboard: polls the JSON API and redraws with the locally served plotly.js.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const token = params.get("token");
+const refreshSeconds = Number(params.get("refresh") || 5);
+const TIER_COLORS = ["#b2182b", "#ef8a62", "#67a9cf", "#2166ac", "#1a9850", "#999999",
+  "#762a83", "#e08214"];
+const layoutBase = { margin: { l: 48, r: 12, t: 26, b: 40 },
+  legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 11 } },
+  xaxis: { title: { text: "iteration", standoff: 4 } } };
+const config = { displayModeBar: false, responsive: true };
+let lastIteration = null;
+let lastSnapshot = null;
+let series = null;
+
+async function api(path) {
+  const headers = token ? { Authorization: "Bearer " + token } : {};
+  const response = await fetch(path, { headers });
+  if (!response.ok) throw new Error(path + ": HTTP " + response.status);
+  return response.json();
+}
+
+function color(tiers, tier) { return TIER_COLORS[tiers.indexOf(tier) % TIER_COLORS.length]; }
+
+function lines(x, named, tiers, extra) {
+  return Object.entries(named).map(([name, y]) => Object.assign(
+    { x, y, name, type: "scatter", mode: "lines", line: { color: color(tiers, name) } }, extra || {}));
+}
+
+function drawPassRate() {
+  const domain = document.getElementById("passrate-domain").value || "all";
+  const byTier = series.pass_rate[domain] || {};
+  const traces = lines(series.iterations, byTier, series.tiers, { connectgaps: false });
+  Plotly.react("plot-passrate", traces, Object.assign({}, layoutBase,
+    { yaxis: { range: [0, 1], title: { text: "pass rate" } } }), config);
+}
+
+function draw() {
+  const x = series.iterations;
+  const t = series.tiers;
+  Plotly.react("plot-tiers", lines(x, series.population, t, { stackgroup: "pop" }),
+    Object.assign({}, layoutBase, { yaxis: { title: { text: "items" } } }), config);
+  drawPassRate();
+  Plotly.react("plot-expansion", [
+    { x, y: series.expansion_ratio, name: "expansion ratio", type: "scatter", mode: "lines",
+      line: { color: "#999", dash: "dot" } },
+    { x, y: series.expansion_ema, name: "EMA (over-sampling factor)", type: "scatter",
+      mode: "lines", line: { color: "#d6604d", width: 3 } },
+  ], Object.assign({}, layoutBase, { yaxis: { title: { text: "ratio" } } }), config);
+  Plotly.react("plot-valid", [{ x, y: series.valid_fraction, name: "valid groups", type: "scatter",
+    mode: "lines", fill: "tozeroy", line: { color: "#4393c3" } }],
+  Object.assign({}, layoutBase, { yaxis: { range: [0, 1], title: { text: "fraction" } },
+    showlegend: false }), config);
+  const bins = series.histogram.length;
+  Plotly.react("plot-hist", [{ x: series.histogram.map((_, i) => (i + 0.5) / bins),
+    y: series.histogram, type: "bar", marker: { color: "#5aae61" }, name: "items" }],
+  Object.assign({}, layoutBase, { xaxis: { title: { text: "pass rate" }, range: [0, 1] },
+    yaxis: { title: { text: "items" } }, bargap: 0.05, showlegend: false }), config);
+  Plotly.react("plot-sampled", lines(x, series.sampled, t, { type: "bar" }).map(
+    (tr) => Object.assign(tr, { marker: { color: tr.line.color } })),
+  Object.assign({}, layoutBase, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
+}
+
+function fillSelect(id, values, keepFirst) {
+  const select = document.getElementById(id);
+  const current = select.value;
+  const first = keepFirst ? select.options[0].outerHTML : "";
+  select.innerHTML = first + values.map((v) => `<option value="${v}">${v}</option>`).join("");
+  const keep = values.includes(current) || (keepFirst && current === "");
+  select.value = keep ? current : select.options[0].value;
+}
+
+async function loadItems() {
+  const q = new URLSearchParams({
+    q: document.getElementById("item-search").value,
+    domain: document.getElementById("item-domain").value,
+    tier: document.getElementById("item-tier").value,
+    limit: "25",
+  });
+  const data = await api("api/items?" + q);
+  const body = document.querySelector("#item-table tbody");
+  body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td><td>${r.domain}</td>` +
+    `<td>${r.tier}</td><td class="num">${r.attempts}</td>` +
+    `<td class="num">${r.pass_rate === null ? "–" : r.pass_rate.toFixed(3)}</td>` +
+    `<td class="num">${r.last_seen < 0 ? "never" : r.last_seen}</td></tr>`).join("");
+  document.getElementById("item-count").textContent =
+    `${data.total.toLocaleString()} match` + (data.total > data.rows.length
+      ? `, first ${data.rows.length} shown` : "");
+  document.getElementById("items-note").textContent = data.snapshot_iteration === null
+    ? "(no saved state yet)" : `(as saved at iteration ${data.snapshot_iteration})`;
+  document.body.dataset.itemsLoaded = String(Date.now());
+}
+
+function escapeHtml(s) {
+  return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
+    "'": "&#39;" }[c]));
+}
+
+async function refresh() {
+  const summary = await api("api/summary");
+  document.getElementById("run-name").textContent = summary.run;
+  document.getElementById("policy").textContent = summary.policy || "–";
+  document.getElementById("num-items").textContent = (summary.num_items || 0).toLocaleString();
+  document.getElementById("iteration").textContent = summary.iteration;
+  const live = document.getElementById("live");
+  const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
+  live.textContent = fresh ? "● live" : "finished or idle";
+  live.className = fresh ? "on" : "";
+  if (summary.iteration !== lastIteration) {
+    lastIteration = summary.iteration;
+    series = await api("api/series");
+    fillSelect("passrate-domain", ["all", ...series.domains], false);
+    fillSelect("item-domain", summary.domains, true);
+    fillSelect("item-tier", summary.tiers, true);
+    draw();
+  }
+  if (summary.snapshot_iteration !== lastSnapshot) {
+    lastSnapshot = summary.snapshot_iteration;
+    await loadItems();
+  }
+  document.body.dataset.iteration = String(summary.iteration);
+}
+
+let searchTimer = null;
+document.getElementById("item-search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(loadItems, 200);
+});
+document.getElementById("item-domain").addEventListener("change", loadItems);
+document.getElementById("item-tier").addEventListener("change", loadItems);
+document.getElementById("passrate-domain").addEventListener("change", drawPassRate);
+
+async function tick() {
+  try { await refresh(); } catch (e) { document.getElementById("live").textContent = String(e); }
+  setTimeout(tick, refreshSeconds * 1000);
+}
+tick();

@@ -1,0 +1,219 @@
+"""The curriculum dashboard, served for real and driven in real Chromium through Playwright.
+
+The run directory is produced by the real ``Curriculum`` over simulated training iterations;
+the server is the real FastAPI app under uvicorn on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from rlcs.config import CurriculumConfig
+from rlcs.curriculum import Curriculum, curriculum_from_items
+from rlcs.data import Item
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
+TOKEN = "s3cret-dashboard-token"
+PLOTS = ["plot-tiers", "plot-passrate", "plot-expansion", "plot-valid", "plot-hist", "plot-sampled"]
+
+
+def train(cur: Curriculum, iterations: int, rng: np.random.Generator, skill: np.ndarray) -> None:
+    """Simulated RL iterations: the learner gets better on the items it trains on."""
+    for _ in range(iterations):
+        idx = cur.next_batch(48)
+        succ, sizes = cur.report(cur.id_of(idx), rng.random((len(idx), 8)) < skill[idx, None])
+        chosen = idx[cur.select(succ, sizes, 48)]
+        skill[chosen] = np.minimum(skill[chosen] + 0.08, 0.99)
+        if cur.iteration % 10 == 0:
+            cur.end_iteration()
+            cur.save(cur.store.path.parents[1])
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "curriculum-demo"
+    rng = np.random.default_rng(0)
+    tiers = ["very_hard", "hard", "medium", "easy", "very_easy", None]
+    items = [
+        Item(
+            id=f"{domain}-{i:04d}",
+            domain=domain,
+            prompt="?",
+            difficulty=tiers[i % 6] if i % 2 else float(rng.random()),
+        )
+        for domain in ("math", "chart", "ocr")
+        for i in range(400)
+    ]
+    config = CurriculumConfig(seed=0)
+    cur = curriculum_from_items(items, config, {"math": 2, "chart": 1, "ocr": 1})
+    cur.attach(run)
+    skill = np.clip(rng.beta(1.2, 1.2, cur.num_items), 0.01, 0.99)
+    train(cur, 40, rng, skill)
+    return run, cur, rng, skill
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    import uvicorn
+
+    from rlcs.dashboard.app import create_app
+
+    port = free_port()
+    cfg = uvicorn.Config(
+        create_app(run_dir[0], token=TOKEN), host="127.0.0.1", port=port, log_level="warning"
+    )
+    srv = uvicorn.Server(cfg)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def test_api_requires_the_token_and_reports_the_run(server):
+    assert httpx.get(f"{server}/api/summary").status_code == 401
+    assert httpx.get(f"{server}/?token=wrong").status_code == 401
+    summary = httpx.get(
+        f"{server}/api/summary", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    assert summary["iteration"] == 40 and summary["num_items"] == 1200
+    assert summary["domains"] == ["math", "chart", "ocr"]
+    js = httpx.get(f"{server}/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000  # served locally, no CDN
+
+
+@pytest.mark.slow
+def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir):
+    page = browser.new_page(viewport={"width": 1440, "height": 1250})
+    outside = []
+    page.on("request", lambda r: None if r.url.startswith(server) else outside.append(r.url))
+    page.goto(f"{server}/?token={TOKEN}&refresh=1")
+    page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+    for plot in PLOTS:
+        page.wait_for_selector(f"#{plot} .main-svg", timeout=20_000)
+    assert page.text_content("#iteration") == "40"
+    # Every plot holds the run's data, not an empty frame.
+    n_traces = page.evaluate("document.getElementById('plot-tiers').data.length")
+    assert n_traces == 6  # five tiers and "unseen"
+    xs = page.evaluate("document.getElementById('plot-expansion').data[1].x.length")
+    assert xs == 40
+    assert page.locator("#plot-tiers path.js-fill").count() >= 5
+    assert page.locator("#plot-hist .point").count() >= 15
+    hist = page.evaluate("document.getElementById('plot-hist').data[0].y")
+    assert sum(hist) == sum(run_dir[1].histogram.tolist())
+    assert page.locator("#plot-passrate .scatterlayer .trace").count() >= 5
+
+    rows = page.locator("#item-table tbody tr")
+    assert rows.count() == 25
+    assert "1,200 match" in page.text_content("#item-count")
+
+    page.fill("#item-search", "chart-001")
+    page.wait_for_function(
+        "document.querySelectorAll('#item-table tbody tr').length === 10", timeout=10_000
+    )
+    ids = page.locator("#item-table tbody tr td:first-child").all_text_contents()
+    assert ids == [f"chart-{i:04d}" for i in range(10, 20)]
+
+    page.fill("#item-search", "")
+    page.select_option("#item-domain", "ocr")
+    page.select_option("#item-tier", "very_easy")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#item-table tbody tr td:nth-child(2)')]"
+        ".every(td => td.textContent === 'ocr')",
+        timeout=10_000,
+    )
+    cells = page.locator("#item-table tbody tr td:nth-child(3)").all_text_contents()
+    assert cells and set(cells) == {"very_easy"}
+    expected = int(run_dir[1].population()[2, 4])  # as saved at iteration 40
+    assert f"{expected:,} match" in page.text_content("#item-count")
+
+    page.select_option("#item-domain", "")
+    page.select_option("#item-tier", "")
+    page.wait_for_function(
+        "document.querySelector('#item-count').textContent.startsWith('1,200')", timeout=10_000
+    )
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert outside == []
+    page.close()
+
+
+@pytest.mark.slow
+def test_live_run_refreshes_on_its_own(server, browser, run_dir):
+    run, cur, rng, skill = run_dir
+    page = browser.new_page()
+    page.goto(f"{server}/?token={TOKEN}&refresh=1")
+    page.wait_for_function("document.body.dataset.iteration === '40'", timeout=20_000)
+    train(cur, 10, rng, skill)  # the writer goes on; the page is not reloaded
+    page.wait_for_function("document.body.dataset.iteration === '50'", timeout=20_000)
+    page.wait_for_function(
+        "document.getElementById('plot-valid').data[0].x.length === 50", timeout=20_000
+    )
+    assert "as saved at iteration 50" in page.text_content("#items-note")
+    page.close()
+
+
+def test_cli_refuses_a_missing_run_directory(tmp_path, capsys):
+    from rlcs.dashboard import main
+
+    args = argparse.Namespace(run_dir=str(tmp_path / "nope"), host="127.0.0.1", port=0, token=None)
+    assert main(args) == 2
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_finished_run_directory_copied_elsewhere_still_serves(run_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rlcs.dashboard.app import create_app
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir[0], copy)
+    client = TestClient(create_app(copy))
+    series = client.get("/api/series").json()
+    assert series["iterations"][-1] >= 40
+    assert set(series["pass_rate"]) == {"all", "math", "chart", "ocr"}
+    items = client.get("/api/items", params={"q": "math-000", "limit": 5}).json()
+    assert [r["id"] for r in items["rows"]] == [f"math-000{i}" for i in range(5)]
