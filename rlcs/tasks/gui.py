@@ -1,0 +1,93 @@
+"""Small web pages rendered in Chromium by Playwright; element boxes come from the real DOM.
+
+The answer is an action in the platform's GUI format (see docs/rewards.md): the ground truth
+names the target element's box, and a correct model clicks a point inside it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import random
+
+from PIL import Image
+
+from rlcs.tasks.base import Example, TaskGenerator, to_norm_box
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+LABELS = ["OK", "Save", "Back", "Next", "Send", "Help", "Menu", "Exit", "Undo", "Open"]
+COLORS = ["#1565c0", "#2e7d32", "#c62828", "#6a1b9a", "#ef6c00", "#37474f"]
+
+
+class GuiTask(TaskGenerator):
+    """Needs Debian's Chromium; the browser is started on first use and kept until ``close``."""
+
+    domain = "gui"
+
+    def __init__(self, size: tuple[int, int] = (112, 112), executable: str = CHROMIUM):
+        self.size, self.executable = size, executable
+        self._pw = self._browser = self._page = None
+
+    def _page_handle(self):
+        if self._page is None:
+            from playwright.sync_api import sync_playwright
+
+            self._pw = sync_playwright().start()
+            self._browser = self._pw.chromium.launch(
+                executable_path=self.executable, args=CHROMIUM_ARGS
+            )
+            self._page = self._browser.new_page(
+                viewport={"width": self.size[0], "height": self.size[1]}
+            )
+        return self._page
+
+    def close(self) -> None:
+        if self._browser is not None:
+            self._browser.close()
+            self._pw.stop()
+        self._pw = self._browser = self._page = None
+
+    def sample(self, rng: random.Random, difficulty: float) -> Example:
+        n = 2 + round(difficulty * 3)
+        labels = rng.sample(LABELS, n)
+        target = rng.randrange(n)
+        elements = []
+        for i, label in enumerate(labels):
+            kind = "a" if rng.random() < 0.3 else "button"
+            style = (
+                f"position:absolute;left:{rng.randint(2, 70)}px;top:{4 + i * (104 // n)}px;"
+                f"font:bold 11px sans-serif;padding:2px 4px;border:0;"
+                f"background:{rng.choice(COLORS) if kind == 'button' else 'none'};"
+                f"color:{'white' if kind == 'button' else '#0645ad'}"
+            )
+            elements.append(f'<{kind} id="e{i}" style="{style}">{html.escape(label)}</{kind}>')
+        page = self._page_handle()
+        page.set_content(
+            "<html><body style='margin:0;background:#fafafa'>"
+            + "".join(elements)
+            + "</body></html>"
+        )
+        bb = page.locator(f"#e{target}").bounding_box()
+        png = page.screenshot()
+        img = Image.open(io.BytesIO(png)).convert("RGB").resize(self.size)
+        box = to_norm_box(
+            (bb["x"], bb["y"], bb["x"] + bb["width"], bb["y"] + bb["height"]), self.size
+        )
+        point = [(box[0] + box[2]) // 2, (box[1] + box[3]) // 2]
+        label = labels[target]
+        kind = "link" if elements[target].startswith("<a") else "button"
+        return Example(
+            domain=self.domain,
+            prompt=f"Click the {label} {kind}. Answer with one action as JSON.",
+            image=img,
+            answer={"action": "click", "box": box},
+            answer_text=json.dumps({"action": "click", "point": point}, separators=(",", ":")),
+            reasoning=f"The {label} {kind} is at {point[0]},{point[1]}.",
+            caption=f"A page with {n} elements: {', '.join(labels)}.",
+            meta={"difficulty": difficulty, "labels": labels},
+        )

@@ -1,0 +1,56 @@
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from rlcs.data import load_items
+from rlcs.tasks import GENERATORS, build_task_data, generate
+
+CHROMIUM = Path("/usr/bin/chromium")
+DOMAINS = [d for d in GENERATORS if d != "gui" or CHROMIUM.exists()]
+
+
+def png(img) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_same_seed_same_examples(domain):
+    a = list(generate(domain, 3, seed=5))
+    b = list(generate(domain, 3, seed=5))
+    c = list(generate(domain, 3, seed=6))
+    assert [(x.prompt, x.answer) for x in a] == [(x.prompt, x.answer) for x in b]
+    assert [png(x.image) for x in a] == [png(x.image) for x in b]
+    assert [png(x.image) for x in a] != [png(x.image) for x in c]
+
+
+def test_difficulty_knob_changes_the_task():
+    easy = [ex.meta["expression"] for ex in generate("math", 20, seed=0, difficulty=(0.0, 0.0))]
+    hard = [ex.meta["expression"] for ex in generate("math", 20, seed=0, difficulty=(1.0, 1.0))]
+    assert all("+" in e and max(map(int, e.split(" + "))) <= 9 for e in easy)
+    assert any("*" in e or "-" in e for e in hard)
+
+
+def test_bad_arguments_are_reported():
+    with pytest.raises(ValueError, match="unknown task domain 'poetry'"):
+        list(generate("poetry", 1, seed=0))
+    with pytest.raises(ValueError, match="difficulty range"):
+        list(generate("math", 1, seed=0, difficulty=(0.8, 0.2)))
+
+
+def test_build_task_data_writes_loadable_splits(tmp_path):
+    sizes = {"rl_train": 3, "heldout": 2, "sft": 2, "pretrain": 2}
+    paths = build_task_data(tmp_path, sizes=sizes, domains=tuple(DOMAINS), progress=False)
+    items = load_items([paths["rl_train"], paths["heldout"]])
+    assert len(items) == 5 * len(DOMAINS)
+    assert {i.domain for i in items} == set(DOMAINS)
+    sft = [json.loads(line) for line in paths["sft"].read_text().splitlines()]
+    assert all(
+        r["response"].startswith("<think>") and r["response"].count("<|begin_of_box|>") == 1
+        for r in sft
+    )
+    pre = [json.loads(line) for line in paths["pretrain"].read_text().splitlines()]
+    assert all(r["text"] and (tmp_path / r["images"][0]).is_file() for r in pre)
