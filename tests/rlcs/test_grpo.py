@@ -92,7 +92,7 @@ def test_token_weights_reproduce_aggregation_in_any_split():
     losses = [[4.0], [1.0, 2.0, 3.0]]
     for agg, expected in (("sample", (4 + 2) / 2), ("token", 10 / 4)):
         w = token_weights(lengths, agg)
-        total = sum(wi * x for wi, seq in zip(w, losses) for x in seq)
+        total = sum(wi * x for wi, seq in zip(w, losses, strict=True) for x in seq)
         assert total == pytest.approx(expected)
         # a shard of the batch, normalised by the whole batch's totals, adds up the same
         shard = token_weights([3], agg, num_samples=2, num_tokens=4)

@@ -16,11 +16,11 @@ def tok():
 
 
 def _trained_text(tok, ex) -> str:
-    return tok.decode([t for t, m in zip(ex.input_ids, ex.loss_mask) if m])
+    return tok.decode([t for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if m])
 
 
 def _prompt_text(tok, ex) -> str:
-    return tok.decode([t for t, m in zip(ex.input_ids, ex.loss_mask) if not m])
+    return tok.decode([t for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if not m])
 
 
 def test_thinking_example_trains_only_the_reply(tok):
@@ -29,7 +29,7 @@ def test_thinking_example_trains_only_the_reply(tok):
     assert _prompt_text(tok, ex) == "[gMASK]<sop><|user|>\nWhat is 2+2?<|assistant|>\n"
     assert _trained_text(tok, ex) == RESPONSE + "<|endoftext|>"
     # the six format markers are single tokens, and all of them are trained
-    trained = [t for t, m in zip(ex.input_ids, ex.loss_mask) if m]
+    trained = [t for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if m]
     for marker in (
         "<think>",
         "</think>",
@@ -76,5 +76,5 @@ def test_image_example_masks_image_tokens_out(tiny_vlm, shapes_image):
     n_image = sum(1 for t in ex.input_ids if t == image_id)
     assert n_image == int(ex.images["image_grid_thw"].prod()) // 4 == 12
     assert ex.images["mm_token_type_ids"].sum().item() == n_image
-    assert all(m == 0 for t, m in zip(ex.input_ids, ex.loss_mask) if t == image_id)
+    assert all(m == 0 for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if t == image_id)
     assert _trained_text(proc.tokenizer, ex) == RESPONSE.replace("4", "2") + "<|endoftext|>"
