@@ -217,3 +217,28 @@ def test_finished_run_directory_copied_elsewhere_still_serves(run_dir, tmp_path)
     assert set(series["pass_rate"]) == {"all", "math", "chart", "ocr"}
     items = client.get("/api/items", params={"q": "math-000", "limit": 5}).json()
     assert [r["id"] for r in items["rows"]] == [f"math-000{i}" for i in range(5)]
+
+
+def test_rlcs_dashboard_command_serves_the_run(run_dir):
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir[0]), "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/api/summary", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.json()["run"] == "curriculum-demo"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
