@@ -175,7 +175,7 @@ class Curriculum:
         return self._sample(n, exclude=True)
 
     def _sample(self, n: int, exclude: bool) -> np.ndarray:
-        available = self.population() - self._acc["sampled"]
+        available = self.population() - self._acc["taken"]
         quotas = split_quota(n, self.domain_share, available.sum(axis=1))
         weights = self.weights()
         out = []
@@ -188,6 +188,7 @@ class Curriculum:
                 taken = self.last_seen if exclude else None
                 out.append(self.pools.sample(key, int(counts[t]), self.rng, taken, self.iteration))
                 self._acc["sampled"][d, t] += counts[t]
+                self._acc["taken"][d, t] += counts[t]
         idx = np.concatenate(out) if out else np.empty(0, np.int64)
         idx = idx[self.rng.permutation(len(idx))]
         self.last_seen[idx] = self.iteration
@@ -219,6 +220,7 @@ class Curriculum:
         sampled) this iteration rejects the whole call with a ``ReportError``, counts it, and
         leaves the state untouched.
         """
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
         idx = self.index_of(ids)
         succ, sizes = group_successes(rewards, self.config.success_threshold, len(idx))
         bad: dict[str, list] = {"unknown": [], "duplicate": [], "not_sampled": []}
@@ -270,6 +272,10 @@ class Curriculum:
         moved = k_old != k_new
         if moved.any():
             self.pools.move(idx[moved], k_old[moved], k_new[moved])
+            # reported items were drawn this iteration: keep the per-pool "taken" count right
+            taken = self._acc["taken"].reshape(-1)
+            np.add.at(taken, k_old[moved], -1)
+            np.add.at(taken, k_new[moved], 1)
         self._reported[idx] = True
         self._reported_idx.append(idx)
         acc = self._acc
@@ -289,7 +295,8 @@ class Curriculum:
     # -- iteration bookkeeping -------------------------------------------------------------
     def _reset_iteration(self) -> None:
         shape = self._shape
-        self._acc = {k: np.zeros(shape, np.int64) for k in ("sampled", "groups", "rollouts")}
+        keys = ("sampled", "taken", "groups", "rollouts")
+        self._acc = {k: np.zeros(shape, np.int64) for k in keys}
         self._acc["successes"] = np.zeros(shape, np.int64)
         self._acc["valid"] = 0
         if not hasattr(self, "_reported"):

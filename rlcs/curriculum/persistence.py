@@ -34,7 +34,7 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         domain_share=cur.domain_share,
         reported=np.flatnonzero(cur._reported),
     )
-    for key in ("sampled", "groups", "rollouts", "successes"):
+    for key in ("sampled", "taken", "groups", "rollouts", "successes"):
         arrays[f"acc_{key}"] = cur._acc[key]
     if cur.ids is not None:
         arrays["ids"] = cur.ids
@@ -81,7 +81,7 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     cur._reset_iteration()
     cur._reported[arrays["reported"]] = True
     cur._reported_idx = [np.array(arrays["reported"])]
-    for key in ("sampled", "groups", "rollouts", "successes"):
+    for key in ("sampled", "taken", "groups", "rollouts", "successes"):
         cur._acc[key] = np.array(arrays[f"acc_{key}"], np.int64)
     cur._acc["valid"] = int(meta["valid"])
     cur._active = bool(meta["active"])

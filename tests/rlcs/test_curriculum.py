@@ -178,6 +178,10 @@ def test_batches_have_no_duplicates_and_cost_does_not_grow_with_n():
     idx = cur.next_batch(4000)
     assert len(idx) == len(np.unique(idx)) == min(5000, len(idx))
     assert set(np.unique(cur.last_seen[idx])) == {cur.iteration}
+    cur.report(idx, np.ones((len(idx), 4)))  # every drawn item moves to an easier tier
     more = cur.extra(2000)
     assert not np.intersect1d(idx, more).size
-    assert len(idx) + len(more) == min(5000, len(idx) + 2000)
+    assert len(more) == len(np.unique(more)) == min(5000 - len(idx), 2000)
+    rest = cur.extra(5000)
+    assert len(rest) == 5000 - len(idx) - len(more)  # the whole remainder, nothing twice
+    assert len(np.unique(np.concatenate([idx, more, rest]))) == 5000
