@@ -1,0 +1,45 @@
+"""What a rollout engine takes and returns; the vLLM and HF engines both implement this.
+
+The worker drives the think/answer passes; an engine only turns token prompts into sampled
+tokens with their logprobs, so both engines produce the same trajectories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class GenRequest:
+    """One sampled sequence: a prompt (with images), tokens already decided, and a budget."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    seed: int
+    prompt_text: str = ""
+    images: list[Any] = field(default_factory=list)
+    mm_inputs: dict[str, Any] | None = None
+    extra_ids: list[int] = field(default_factory=list)
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class GenResult:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    prompt_ids: list[int]
+
+
+class Engine(Protocol):
+    def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
+        """Token ids of a rendered prompt (image placeholders expanded where the engine needs
+        them), and the engine's multimodal inputs."""
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]: ...
+
+    def stage_weights(self, kind: str, payload: Any, version: int) -> int: ...
+
+    def commit_weights(self, version: int) -> dict[str, Any]: ...

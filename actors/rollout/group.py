@@ -1,0 +1,117 @@
+"""``RolloutGroup``: several rollout workers behind one ``generate(items)`` call.
+
+Items are split across workers by expected prompt cost, longest first, so one worker does not
+get all the long (image-heavy) prompts. If a worker dies mid-batch, the group says which one
+and how many items it held, and gives those items to the surviving workers; the batch is only
+lost when no worker is left, and then the error names every item that was not generated.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from rlcs.data import Item, Trajectory
+from rlcs.prompts import balance, expected_cost
+
+log = logging.getLogger(__name__)
+
+
+class RolloutError(RuntimeError):
+    """A batch that could not be completed; ``item_ids`` are those without trajectories."""
+
+    def __init__(self, message: str, item_ids: list[str]):
+        super().__init__(message)
+        self.item_ids = item_ids
+
+
+class RolloutGroup:
+    def __init__(self, workers: list[Any]):
+        if not workers:
+            raise ValueError("a rollout group needs at least one worker")
+        self.workers = list(workers)
+        self.alive = list(range(len(workers)))
+        self.failures: list[str] = []
+
+    @classmethod
+    def create(
+        cls,
+        model_path: str,
+        rollout: Any,
+        num_workers: int | None = None,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        **kwargs: Any,
+    ) -> RolloutGroup:
+        """Start ``num_workers`` (default ``rollout.num_workers``) workers and wait until ready."""
+        from actors.rollout.worker import RolloutWorker
+        from rlcs.config import RolloutConfig
+
+        cfg = (
+            rollout if isinstance(rollout, RolloutConfig) else RolloutConfig.model_validate(rollout)
+        )
+        n = num_workers or cfg.num_workers
+        workers = [
+            RolloutWorker.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(
+                model_path, cfg.model_dump(), worker_index=i, **kwargs
+            )
+            for i in range(n)
+        ]
+        ray.get([w.ready.remote() for w in workers])
+        return cls(workers)
+
+    def generate(self, items: list[Item | dict[str, Any]], **kwargs: Any) -> list[Trajectory]:
+        """Trajectories for every item, grouped by item in input order."""
+        items = [it if isinstance(it, Item) else Item.model_validate(it) for it in items]
+        done: dict[int, list[Trajectory]] = {}
+        todo = list(range(len(items)))
+        while todo:
+            if not self.alive:
+                lost = [items[i].id for i in todo]
+                raise RolloutError(
+                    f"all {len(self.workers)} rollout workers died; {len(lost)} items not "
+                    f"generated: {lost[:10]}; failures: {self.failures}",
+                    lost,
+                )
+            groups = balance([expected_cost(items[i]) for i in todo], len(self.alive))
+            running = {}
+            for w, group in zip(self.alive, groups, strict=True):
+                if group:
+                    idx = [todo[g] for g in group]
+                    ref = self.workers[w].generate.remote([items[i] for i in idx], **kwargs)
+                    running[ref] = (w, idx)
+            todo = []
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1)
+                w, idx = running.pop(ready[0])
+                try:
+                    trajs = ray.get(ready[0])
+                except (ActorDiedError, ActorUnavailableError, RayActorError) as e:
+                    msg = (
+                        f"rollout worker {w} died mid-batch holding {len(idx)} items "
+                        f"({e.__class__.__name__}); re-queued them on the surviving workers"
+                    )
+                    log.error(msg)
+                    self.failures.append(msg)
+                    self.alive.remove(w)
+                    todo.extend(idx)
+                    continue
+                by_item: dict[str, list[Trajectory]] = {}
+                for t in trajs:
+                    by_item.setdefault(t.item_id, []).append(t)
+                for i in idx:
+                    done[i] = by_item.get(items[i].id, [])
+        return [t for i in range(len(items)) for t in done[i]]
+
+    def sleep(self) -> None:
+        ray.get([self.workers[w].sleep.remote() for w in self.alive])
+
+    def wake_up(self) -> None:
+        ray.get([self.workers[w].wake_up.remote() for w in self.alive])
+
+    @property
+    def live_workers(self) -> list[Any]:
+        return [self.workers[w] for w in self.alive]

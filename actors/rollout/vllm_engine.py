@@ -1,0 +1,128 @@
+"""The vLLM engine: ``vllm.LLM`` (CUDA build or CPU build), created inside the actor.
+
+Weight updates go through :class:`actors.weights.vllm_ext.WeightSyncExtension`, which runs in
+vLLM's engine process. With ``sleep_between_iterations`` on a GPU, the engine frees its
+weights and KV cache between rollouts so a colocated learner can use the memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from actors.rollout.engine import GenRequest, GenResult
+
+EXTENSION = "actors.weights.vllm_ext.WeightSyncExtension"
+
+
+class VLLMEngine:
+    def __init__(
+        self,
+        model_path: str,
+        stop_ids: list[int],
+        seed: int = 0,
+        dtype: str = "float32",
+        gpu_memory_utilization: float = 0.1,
+        tensor_parallel_size: int = 1,
+        sleep_mode: bool = False,
+        max_model_len: int | None = None,
+        **llm_kwargs: Any,
+    ):
+        from vllm import LLM
+
+        cuda = torch.cuda.is_available()
+        self.stop_ids = list(stop_ids)
+        self.sleep_mode = sleep_mode and cuda
+        self.llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=not cuda,
+            max_model_len=max_model_len,
+            enable_sleep_mode=self.sleep_mode,
+            worker_extension_cls=EXTENSION,
+            **llm_kwargs,
+        )
+        self.asleep = False
+
+    def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
+        # vLLM's own processor expands image placeholders, so the ids stay unexpanded here.
+        tok = self.llm.get_tokenizer()
+        return tok.encode(text, add_special_tokens=False), None
+
+    def sampling_params(self, req: GenRequest):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=1,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            max_tokens=req.max_tokens,
+            seed=req.seed,
+            logprobs=0,
+            stop_token_ids=self.stop_ids,
+            detokenize=False,
+        )
+
+    def prompt(self, req: GenRequest) -> dict[str, Any]:
+        if not req.images:
+            return {"prompt_token_ids": req.prompt_ids + req.extra_ids}
+        if not req.extra_ids:
+            return {"prompt": req.prompt_text, "multi_modal_data": {"image": req.images}}
+        # A continuation: prompt_ids are the expanded ids vLLM returned for the first pass.
+        return {
+            "prompt_token_ids": req.prompt_ids + req.extra_ids,
+            "multi_modal_data": {"image": req.images},
+        }
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        if not requests:
+            return []
+        if self.asleep:
+            self.wake_up()
+        outs = self.llm.generate(
+            [self.prompt(r) for r in requests],
+            [self.sampling_params(r) for r in requests],
+            use_tqdm=False,
+        )
+        results = []
+        for out in outs:
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            lps = [float(step[t].logprob) for step, t in zip(c.logprobs or [], ids, strict=True)]
+            results.append(
+                GenResult(ids, lps, c.finish_reason or "length", list(out.prompt_token_ids))
+            )
+        return results
+
+    def stage_weights(self, kind: str, payload: Any, version: int) -> int:
+        if self.asleep:
+            self.wake_up()
+        return self.llm.collective_rpc("rlcs_stage_weights", args=(kind, payload, version))[0]
+
+    def commit_weights(self, version: int) -> dict[str, Any]:
+        results = self.llm.collective_rpc("rlcs_commit_weights", args=(version,))
+        merged = results[0]
+        for r in results[1:]:  # tensor-parallel ranks each load their shard of the same tensors
+            merged["missing"] = sorted(set(merged["missing"]) | set(r["missing"]))
+        self.llm.reset_prefix_cache()
+        return merged
+
+    def init_weight_group(self, kind: str, address: str, port: int, rank_offset: int, world: int):
+        self.llm.collective_rpc(
+            "rlcs_init_weight_group", args=(kind, address, port, rank_offset, world)
+        )
+
+    def sleep(self) -> None:
+        """Free weights and KV cache (level 1 keeps weights in CPU RAM); GPU only."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False

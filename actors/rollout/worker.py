@@ -1,0 +1,220 @@
+"""``RolloutWorker``: a Ray actor that turns items into scored-ready trajectories.
+
+It renders each item's chat prompt once (text and images, ``/nothink`` if configured), samples
+``n`` seeded rollouts per item, and runs the think/answer budget logic of
+:mod:`rlcs.prompts` over whichever engine it holds. Rollouts that exhaust the thinking budget
+without ``</think>`` get ``</think><answer>`` appended and continue for the answer budget
+(``forced_answer=True``). The two inserted tokens get logprob 0.0: they were chosen with
+certainty by the worker, not sampled, and a learner can find them by ``forced_answer``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.rollout.engine import GenRequest
+from rlcs.config import RolloutConfig
+from rlcs.data import Item, Trajectory, decode_image
+from rlcs.prompts import Budget, force_answer_ids, plan_continuation, render_prompt, think_close_id
+
+
+def request_seed(seed: int, step: int, item_id: str, k: int) -> int:
+    """A stable seed per (run seed, step, item, sample), independent of batch composition."""
+    return zlib.crc32(f"{seed}:{step}:{item_id}:{k}".encode()) & 0x7FFFFFFF
+
+
+class RolloutWorkerImpl:
+    """The worker without Ray, so it can also run in-process (benchmarks, debugging)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        rollout: RolloutConfig | dict[str, Any] | None = None,
+        dtype: str = "float32",
+        worker_index: int = 0,
+        **engine_kwargs: Any,
+    ):
+        from transformers import AutoTokenizer
+
+        from rlcs.tokenizer import stop_token_ids
+
+        self.cfg = (
+            RolloutConfig.model_validate(rollout or {})
+            if not isinstance(rollout, RolloutConfig)
+            else rollout
+        )
+        self.model_path = str(model_path)
+        self.worker_index = worker_index
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        self.force_ids = force_answer_ids(self.tokenizer)
+        self.think_close = think_close_id(self.tokenizer)
+        self.budget = Budget(
+            self.cfg.max_think_tokens,
+            self.cfg.max_answer_tokens,
+            self.cfg.force_answer,
+            self.cfg.nothink,
+        )
+        self._step = 0
+        common = dict(stop_ids=self.stop_ids, dtype=dtype)
+        if self.cfg.engine == "vllm":
+            from actors.rollout.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine(
+                self.model_path,
+                seed=self.cfg.seed,
+                gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+                tensor_parallel_size=self.cfg.tensor_parallel_size,
+                sleep_mode=self.cfg.sleep_between_iterations,
+                **common,
+                **engine_kwargs,
+            )
+        else:
+            from actors.rollout.hf_engine import HFEngine
+
+            self.engine = HFEngine(self.model_path, **common, **engine_kwargs)
+
+    # --- generation -------------------------------------------------------------------------
+
+    def generate(
+        self,
+        items: list[Item | dict[str, Any]],
+        n: int | None = None,
+        step: int | None = None,
+        base_dir: str | None = None,
+        temperature: float | None = None,
+    ) -> list[Trajectory]:
+        """``n`` rollouts per item (default ``rollout.n``), item by item, in input order.
+
+        ``step`` seeds the batch (default: a counter of calls); ``temperature`` overrides the
+        config's for this call (0 is greedy, e.g. for evaluation). Image paths are relative to
+        ``base_dir`` (the dataset's folder).
+        """
+        t0 = time.perf_counter()
+        temp = self.cfg.temperature if temperature is None else temperature
+        items = [it if isinstance(it, Item) else Item.model_validate(it) for it in items]
+        n = n or self.cfg.n
+        if step is None:
+            step, self._step = self._step, self._step + 1
+        base = Path(base_dir) if base_dir else Path.cwd()
+        reqs: list[GenRequest] = []
+        owners: list[str] = []
+        for item in items:
+            images = [decode_image(ref, base) for ref in item.images]
+            text = render_prompt(item, self.tokenizer, nothink=self.cfg.nothink)
+            ids, mm = self.engine.encode(text, images)
+            for k in range(n):
+                seed = request_seed(self.cfg.seed, step, item.id, k)
+                reqs.append(
+                    GenRequest(ids, self.budget.first_pass_tokens, seed, text, images, mm,
+                               temperature=temp, top_p=self.cfg.top_p)
+                )  # fmt: skip
+                owners.append(item.id)
+        t1 = time.perf_counter()
+        first = self.engine.generate(reqs)
+        t2 = time.perf_counter()
+        second_reqs, second_of, forced = [], {}, {}
+        for i, (req, res) in enumerate(zip(reqs, first, strict=True)):
+            cont = plan_continuation(
+                res.token_ids, res.finish_reason, self.budget, self.think_close, self.force_ids
+            )
+            if cont is None:
+                continue
+            extra = res.token_ids + list(cont.append_ids)
+            prompt_ids = res.prompt_ids if req.images and not req.mm_inputs else req.prompt_ids
+            second_of[i] = len(second_reqs)
+            forced[i] = cont
+            second_reqs.append(
+                GenRequest(
+                    prompt_ids,
+                    cont.max_tokens,
+                    req.seed + 1,
+                    req.prompt_text,
+                    req.images,
+                    req.mm_inputs,
+                    extra,
+                    temperature=temp,
+                    top_p=self.cfg.top_p,
+                )
+            )
+        second = self.engine.generate(second_reqs)
+        t3 = time.perf_counter()
+        out = []
+        for i, (item_id, res) in enumerate(zip(owners, first, strict=True)):
+            tokens, lps, reason, was_forced = (
+                list(res.token_ids),
+                list(res.logprobs),
+                res.finish_reason,
+                False,
+            )
+            if i in second_of:
+                cont, res2 = forced[i], second[second_of[i]]
+                tokens += list(cont.append_ids) + res2.token_ids
+                lps += [0.0] * len(cont.append_ids) + res2.logprobs
+                reason, was_forced = res2.finish_reason, cont.forced
+            out.append(
+                Trajectory(
+                    item_id=item_id,
+                    response=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                    token_ids=tokens,
+                    logprobs=lps,
+                    finish_reason=reason,
+                    forced_answer=was_forced,
+                    prompt_token_ids=list(res.prompt_ids),
+                    timings={
+                        "render_s": t1 - t0,
+                        "first_pass_s": t2 - t1,
+                        "second_pass_s": t3 - t2,
+                        "batch_s": t3 - t0,
+                    },
+                )
+            )
+        return out
+
+    # --- weights ----------------------------------------------------------------------------
+
+    def receive_weights(self, kind: str, payload: Any, version: int) -> int:
+        """Stage one bucket (one call per bucket); nothing is live until ``commit_weights``."""
+        return self.engine.stage_weights(kind, payload, version)
+
+    def commit_weights(self, version: int) -> dict[str, Any]:
+        """Load all staged buckets into the live engine; return engine-side checksums."""
+        return self.engine.commit_weights(version)
+
+    def init_weight_group(
+        self, kind: str, address: str, port: int, rank_offset: int, world: int
+    ) -> None:
+        if not hasattr(self.engine, "init_weight_group"):
+            raise ValueError(f"the {self.cfg.engine} engine cannot join a {kind} group")
+        self.engine.init_weight_group(kind, address, port, rank_offset, world)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.cfg.engine,
+            "model": self.model_path,
+            "pid": os.getpid(),
+            "index": self.worker_index,
+        }
+
+    def ready(self) -> bool:
+        return True
+
+
+@ray.remote(num_cpus=1)
+class RolloutWorker(RolloutWorkerImpl):
+    """The Ray actor. Create with ``RolloutWorker.options(num_cpus=..., num_gpus=...).remote(
+    model_path, rollout_config)``; the engine is built inside the actor's process."""

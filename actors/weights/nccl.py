@@ -1,0 +1,85 @@
+"""NCCL transport: the learner (rank 0) broadcasts each bucket to every engine's GPU.
+
+For learner and rollout on different GPUs or nodes. At construction the learner and each
+engine join one stateless NCCL group (vLLM's ``StatelessProcessGroup`` + ``PyNcclCommunicator``,
+as in vLLM's RLHF example), rank 0 being the learner. Per bucket, the learner first sends the
+bucket's layout to each worker (one remote call), then broadcasts one flat buffer that the
+engines receive and stage. GPU only; covered by ``gpu``-marked tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from actors.weights.base import WeightTransport
+from actors.weights.cuda_ipc import pack
+
+KIND = "nccl"
+
+
+class NcclTransport(WeightTransport):
+    kind = KIND
+
+    def __init__(
+        self,
+        *args: Any,
+        master_address: str = "127.0.0.1",
+        master_port: int | None = None,
+        engine_ranks_per_worker: int = 1,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        import ray
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
+
+        if master_port is None:
+            from vllm.utils.network_utils import get_open_port
+
+            master_port = get_open_port()
+        world = 1 + engine_ranks_per_worker * len(self.workers)
+        joins = [
+            w.init_weight_group.remote(
+                KIND, master_address, master_port, 1 + i * engine_ranks_per_worker, world
+            )
+            for i, w in enumerate(self.workers)
+        ]
+        pg = StatelessProcessGroup.create(
+            host=master_address, port=master_port, rank=0, world_size=world
+        )
+        self.comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
+        ray.get(joins, timeout=self.timeout_s)
+
+    def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:
+        buf, entries = pack(bucket)
+        meta = {"size": buf.numel(), "entries": entries}
+        refs = [w.receive_weights.remote(KIND, meta, self.version) for w in self.workers]
+        self.comm.broadcast(buf, src=0, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        return refs
+
+
+def join_group(master_address: str, master_port: int, rank: int, world_size: int):
+    """Engine side: join the learner's NCCL group; returns the communicator."""
+    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    pg = StatelessProcessGroup.create(
+        host=master_address, port=master_port, rank=rank, world_size=world_size
+    )
+    return PyNcclCommunicator(pg, device=torch.cuda.current_device())
+
+
+def receive(comm, meta: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Engine side: receive one broadcast bucket and split it into tensors."""
+    from actors.weights.shm import _dtype
+
+    buf = torch.empty(meta["size"], dtype=torch.uint8, device=torch.cuda.current_device())
+    comm.broadcast(buf, src=0, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    return [
+        (name, buf[off : off + n].view(_dtype(dtype)).reshape(shape))
+        for name, dtype, shape, off, n in meta["entries"]
+    ]
