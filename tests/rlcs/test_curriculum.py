@@ -185,3 +185,15 @@ def test_batches_have_no_duplicates_and_cost_does_not_grow_with_n():
     rest = cur.extra(5000)
     assert len(rest) == 5000 - len(idx) - len(more)  # the whole remainder, nothing twice
     assert len(np.unique(np.concatenate([idx, more, rest]))) == 5000
+
+
+def test_core_and_dashboard_never_import_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlcs.curriculum, rlcs.dashboard, rlcs.dashboard.app; "
+        "bad = [m for m in ('ray', 'actors', 'cluster') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
