@@ -65,7 +65,8 @@ class Curriculum:
         self.successes = np.zeros(n, np.uint32)
         self.ema = np.zeros(n, np.float16)
         self.last_seen = np.full(n, -1, np.int32)
-        self.ids = None if ids is None else np.asarray(ids, dtype=np.bytes_)
+        # UTF-8 bytes in one fixed-width array: no per-item Python objects, memory-mappable
+        self.ids = None if ids is None else np.array([str(i).encode() for i in ids], np.bytes_)
         self._index: dict[str, int] | None = None
         self.iteration = 0
         self.expansion_ratio = 1.0

@@ -23,7 +23,10 @@ def curriculum_from_items(
     names: dict[str, int] = {}
     for d in domain_weights or {}:
         names.setdefault(d, len(names))
-    codes = np.array([names.setdefault(it.domain, len(names)) for it in items], np.uint8)
+    codes = [names.setdefault(it.domain, len(names)) for it in items]
+    if len(names) > 256:
+        raise ValueError(f"at most 256 domains, got {len(names)}")
+    codes = np.array(codes, np.uint8)
     offline = np.array([scheme.offline_pass_rate(it.difficulty) for it in items], np.float32)
     return Curriculum(
         codes,

@@ -127,7 +127,7 @@ def test_iteration_updates_the_ratio_ema_and_the_next_batch_is_oversampled(tmp_p
 
 
 def test_bad_reports_are_rejected_counted_and_leave_state_untouched():
-    items = [Item(id=f"q{i}", domain="math", prompt="p", difficulty=0.5) for i in range(10)]
+    items = [Item(id=f"q{i}é", domain="math", prompt="p", difficulty=0.5) for i in range(10)]
     cur = curriculum_from_items(items)
     ids = cur.id_of(cur.next_batch(4))
     before = (cur.attempts.copy(), cur.ema.copy(), cur.tier.copy())
@@ -139,7 +139,7 @@ def test_bad_reports_are_rejected_counted_and_leave_state_untouched():
         cur.report([ids[1], ids[0]], [[1, 0], [1, 1]])
     with pytest.raises(ReportError, match="duplicate"):
         cur.report([ids[2], ids[2]], [[1, 0], [1, 1]])
-    unsampled = next(i for i in (f"q{j}" for j in range(10)) if i not in ids)
+    unsampled = next(i for i in (f"q{j}é" for j in range(10)) if i not in ids)
     with pytest.raises(ReportError, match="not sampled"):
         cur.report([unsampled], [[1, 0]])
     for a, b in zip(mid, (cur.attempts, cur.ema, cur.tier), strict=True):
