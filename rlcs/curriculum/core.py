@@ -284,6 +284,7 @@ class Curriculum:
         np.add.at(acc["rollouts"], (d, t_old), sizes)
         np.add.at(acc["successes"], (d, t_old), succ)
         acc["valid"] += int(expansion.valid_groups(succ, sizes).sum())
+        acc["solved"] += int((succ > 0).sum())
 
     def select(self, successes: np.ndarray, sizes: np.ndarray, batch: int) -> np.ndarray:
         """Which scored groups to train on, by policy (indices into the reported groups)."""
@@ -300,6 +301,7 @@ class Curriculum:
         self._acc = {k: np.zeros(shape, np.int64) for k in keys}
         self._acc["successes"] = np.zeros(shape, np.int64)
         self._acc["valid"] = 0
+        self._acc["solved"] = 0
         if not hasattr(self, "_reported"):
             self._reported = np.zeros(self.num_items, bool)
         for idx in getattr(self, "_reported_idx", []):
@@ -342,6 +344,7 @@ class Curriculum:
             "groups": groups,
             "valid_groups": int(acc["valid"]),
             "valid_fraction": valid_fraction,
+            "pass_at_k": acc["solved"] / groups if groups else None,
             "expansion_ratio": self.expansion_ratio,
             "expansion_ema": self.expansion_ema,
             "mean_pass_rate": mean,

@@ -51,6 +51,7 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         "rejected_at_start": cur._rejected_at_start,
         "active": cur._active,
         "valid": cur._acc["valid"],
+        "solved": cur._acc["solved"],
         "rng": json.dumps(cur.rng.bit_generator.state),
     }
     folder = Path(run_dir) / CURRICULUM_DIR
@@ -84,6 +85,7 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     for key in ("sampled", "taken", "groups", "rollouts", "successes"):
         cur._acc[key] = np.array(arrays[f"acc_{key}"], np.int64)
     cur._acc["valid"] = int(meta["valid"])
+    cur._acc["solved"] = int(meta["solved"])
     cur._active = bool(meta["active"])
     cur._rejected_at_start = int(meta["rejected_at_start"])
     if attach:

@@ -102,6 +102,7 @@ class RunReader:
             "expansion_ratio": [r["expansion_ratio"] for r in its],
             "expansion_ema": [r["expansion_ema"] for r in its],
             "valid_fraction": [r["valid_fraction"] for r in its],
+            "pass_at_k": [r["pass_at_k"] for r in its],
             "mean_pass_rate": [r["mean_pass_rate"] for r in its],
             "histogram": its[-1]["histogram"] if its else [],
         }

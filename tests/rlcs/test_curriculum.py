@@ -115,7 +115,7 @@ def test_iteration_updates_the_ratio_ema_and_the_next_batch_is_oversampled(tmp_p
     succ, sizes = cur.report(idx, rewards)
     assert succ.tolist() == [8, 4, 2, 6] and sizes.tolist() == [8] * 4
     row = cur.end_iteration()
-    assert row["valid_fraction"] == 0.75
+    assert row["valid_fraction"] == 0.75 and row["pass_at_k"] == 1.0
     assert cur.expansion_ratio == pytest.approx(4 / 3)
     assert cur.expansion_ema == pytest.approx(0.5 * 4 / 3 + 0.5)
     assert len(cur.next_batch(6)) == 7  # ceil(6 * 7/6)

@@ -48,10 +48,13 @@ function draw() {
     { x, y: series.expansion_ema, name: "EMA (over-sampling factor)", type: "scatter",
       mode: "lines", line: { color: "#d6604d", width: 3 } },
   ], Object.assign({}, layoutBase, { yaxis: { title: { text: "ratio" } } }), config);
-  Plotly.react("plot-valid", [{ x, y: series.valid_fraction, name: "valid groups", type: "scatter",
-    mode: "lines", fill: "tozeroy", line: { color: "#4393c3" } }],
-  Object.assign({}, layoutBase, { yaxis: { range: [0, 1], title: { text: "fraction" } },
-    showlegend: false }), config);
+  Plotly.react("plot-valid", [
+    { x, y: series.valid_fraction, name: "valid groups (neither all right nor all wrong)",
+      type: "scatter", mode: "lines", fill: "tozeroy", line: { color: "#4393c3" } },
+    { x, y: series.pass_at_k, name: "pass@k (any rollout right)", type: "scatter",
+      mode: "lines", line: { color: "#1b7837", dash: "dot" } },
+  ], Object.assign({}, layoutBase, { yaxis: { range: [0, 1.05], title: { text: "fraction of groups" } } }),
+  config);
   const bins = series.histogram.length;
   Plotly.react("plot-hist", [{ x: series.histogram.map((_, i) => (i + 0.5) / bins),
     y: series.histogram, type: "bar", marker: { color: "#5aae61" }, name: "items" }],
