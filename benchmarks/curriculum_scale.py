@@ -126,13 +126,15 @@ class Learner:
         self.skill += 0.02 * signal.sum() / batch
 
 
-def simulate(policy: str, seed: int, n_items=4000, batch=64, group=8, target=0.8, cap=4.0):
+def simulate(
+    policy: str, seed: int, n_items=4000, batch=64, group=8, target=0.8, cap=4.0, **options
+):
     """Iterations (and rollouts) until the learner's mean success over all items >= target."""
     rng = np.random.default_rng(seed)
     learner = Learner(n_items, rng)
     domains = rng.integers(0, 4, n_items)
     offline = np.clip(learner.p() + rng.normal(0, 0.1, n_items), 0, 1)  # reference-model grade
-    config = CurriculumConfig(policy=policy, expansion_cap=cap, seed=seed)
+    config = CurriculumConfig(policy=policy, expansion_cap=cap, seed=seed, **options)
     cur = Curriculum(domains, config, offline=offline)
     roll_rng = np.random.default_rng(seed + 1000)
     rollouts = 0
@@ -177,6 +179,10 @@ def main() -> None:
             f"sim {policy:12s} iterations to 80%: mean {sims[policy]:.1f} {iters}, "
             f"rollouts/iteration {statistics.mean(r[1] / r[0] for r in runs):.0f}"
         )
+    p1 = statistics.mean(simulate("rlcs", seed, weight_power=1.0)[0] for seed in range(args.seeds))
+    print(
+        f"sim rlcs with weight_power=1 (plain p(1-p)): mean {p1:.1f}, ratio {p1 / sims['uniform']:.3f}"
+    )
     result.update(
         sim_iters_uniform=sims["uniform"],
         sim_iters_dapo=sims["dapo_filter"],
