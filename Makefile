@@ -13,6 +13,8 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
 STAMP := $(VENV)/.installed-$(FLAVOUR)
+# The venv's bin/ goes first on PATH so that tests find its `ray` and `rlcs` executables.
+RUN := PATH="$(abspath $(BIN)):$$PATH"
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install browser demo test test-fast lint format lock clean
@@ -42,13 +44,13 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 demo: install
-	$(BIN)/rlcs demo
+	$(RUN) $(BIN)/rlcs demo
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(RUN) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(RUN) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,10 +11,12 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -25,11 +27,17 @@ class LocalHead:
 
     def submit(self, *entrypoint: str, working_dir: str | None = None, timeout: float = 600):
         """`ray job submit` an entrypoint and wait for it; returns the CompletedProcess."""
-        cmd = ["ray", "job", "submit", "--address", self.dashboard_url]
+        cmd = [ray_cli(), "job", "submit", "--address", self.dashboard_url]
         if working_dir:
             cmd += ["--working-dir", working_dir]
         cmd += ["--", *entrypoint]
         return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+
+def ray_cli() -> str:
+    """The `ray` executable of this interpreter's environment, so an unactivated venv works."""
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.is_file() else "ray"
 
 
 def free_port() -> int:
@@ -47,7 +55,7 @@ def local_ray_head(
     env.pop("RAY_ADDRESS", None)
     gcs, dash = free_port(), free_port()
     cmd = [
-        "ray", "start", "--head", "--block",
+        ray_cli(), "start", "--head", "--block",
         f"--port={gcs}",
         "--node-ip-address=127.0.0.1",
         "--dashboard-host=127.0.0.1",
@@ -80,7 +88,7 @@ def _wait_ready(head: LocalHead, proc: subprocess.Popen, timeout: float) -> None
             out = proc.stdout.read() if proc.stdout else ""
             raise RuntimeError(f"ray start exited with {proc.returncode}:\n{out[-2000:]}")
         r = subprocess.run(
-            ["ray", "job", "list", "--address", head.dashboard_url],
+            [ray_cli(), "job", "list", "--address", head.dashboard_url],
             env=head.env, capture_output=True, text=True,
         )  # fmt: skip
         if r.returncode == 0:

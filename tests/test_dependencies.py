@@ -100,13 +100,13 @@ def test_deepspeed_zero2_step_on_cpu_with_gloo(tiny_text_model, tmp_path):
 
 @pytest.mark.slow
 def test_ray_job_submit_with_token_auth(tmp_path):
-    from cluster.local_head import local_ray_head
+    from cluster.local_head import local_ray_head, ray_cli
 
     with local_ray_head(num_cpus=1) as head:
         no_token = dict(head.env, RAY_AUTH_TOKEN_PATH=str(tmp_path / "none"))
         no_token.pop("RAY_AUTH_TOKEN")
         denied = subprocess.run(
-            ["ray", "job", "submit", "--address", head.dashboard_url, "--", "echo", "x"],
+            [ray_cli(), "job", "submit", "--address", head.dashboard_url, "--", "echo", "x"],
             env=no_token, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         ok = head.submit("python", "-c", "print('rlcs-job', 6 * 7)", timeout=300)

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 from cluster import cli
 
@@ -14,7 +15,9 @@ def test_help_lists_every_planned_subcommand():
 
 
 def test_console_script_is_installed():
-    r = subprocess.run(["rlcs", "--help"], capture_output=True, text=True)
+    exe = Path(sys.executable).with_name("rlcs")
+    assert exe.is_file(), f"no rlcs console script beside {sys.executable}"
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "Curriculum Sampling" in r.stdout
 
 
