@@ -23,7 +23,8 @@ install: $(STAMP) browser
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@echo "==> creating $(VENV) and installing rlcs for a $(FLAVOUR) host (a few minutes the first time)"
-	$(PYTHON) -m venv $(VENV)
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || { \
+		echo "error: '$(PYTHON) -m venv' failed; install Python 3.10+ with venv support (Debian: apt-get install python3-venv) or set PYTHON=/path/to/python3"; exit 1; }
 ifeq ($(GPU),1)
 	$(PIP) install -q -e '.[gpu,dev]'
 else
