@@ -1,0 +1,158 @@
+"""RolloutWorker on the vLLM engine (vLLM's CPU build here), in a real Ray actor.
+
+One engine for the whole module (each init costs ~30 s here). Every test first pushes the
+weights it needs through the weight-sync transport, so tests do not depend on their order.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+THINK, ANSWER = 4, 3
+
+
+def never_close_think(model, tokenizer) -> None:
+    """Edit a causal LM in place so it can never emit ``</think>`` or a stop token.
+
+    Every token embedding gets a huge component on hidden dim 0, so after the final norm the
+    hidden state points along dim 0 at every position; the banned tokens' output rows point the
+    other way, which puts their logits ~100 below the rest whatever the context.
+    """
+    from rlcs.prompts import think_close_id
+    from rlcs.tokenizer import stop_token_ids
+
+    banned = [think_close_id(tokenizer), *stop_token_ids(tokenizer)]
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = 1000.0
+        head = model.get_output_embeddings().weight
+        head[banned] = 0.0
+        head[banned, 0] = -10.0
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def worker(ray_local, tiny_text_model):
+    from actors.rollout import RolloutWorker
+
+    cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
+               gpu_memory_utilization=0.05, seed=7)  # fmt: skip
+    w = RolloutWorker.remote(str(tiny_text_model), cfg)
+    ray_local.get(w.ready.remote())
+    yield w
+    ray_local.kill(w)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_text_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_text_model)
+
+
+def learner_model(path, seed: int, scale: float = 0.05):
+    """A 'trained' copy of the tiny model: its weights moved away from the engine's."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+    return model
+
+
+ITEMS = [
+    {"id": "q1", "domain": "math", "prompt": "What is 2+3? Put the answer in a box."},
+    {"id": "q2", "domain": "math", "prompt": "Solve x^2 = 9."},
+]
+
+
+def forward_logprobs(model, prompt_ids, token_ids):
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0]
+
+
+def test_trajectories_carry_the_models_own_logprobs(ray_local, worker, tiny_text_model, tokenizer):
+    from actors.weights import make_transport
+    from rlcs.prompts import render_prompt
+
+    learner = learner_model(tiny_text_model, seed=1)
+    make_transport("cpu_bytes", [worker], bucket_mb=1).push(learner.named_parameters())
+    trajs = ray_local.get(worker.generate.remote(ITEMS, step=0))
+    assert [t.item_id for t in trajs] == ["q1", "q1", "q2", "q2"]
+    assert trajs[0].token_ids != trajs[1].token_ids, "the n samples of one prompt must differ"
+    for t in trajs:
+        assert t.token_ids and len(t.logprobs) == len(t.token_ids)
+        assert t.finish_reason in {"stop", "length"}
+        item = ITEMS[0] if t.item_id == "q1" else ITEMS[1]
+        assert t.prompt_token_ids == tokenizer.encode(render_prompt(item, tokenizer))
+        kept = [i for i, lp in enumerate(t.logprobs) if lp != 0.0]
+        ref = forward_logprobs(learner, t.prompt_token_ids, t.token_ids)
+        got = torch.tensor([t.logprobs[i] for i in kept])
+        assert torch.allclose(got, ref[kept], atol=2e-3), (got, ref[kept])
+    again = ray_local.get(worker.generate.remote(ITEMS, step=0))
+    assert [t.token_ids for t in again] == [t.token_ids for t in trajs], "same step, same seeds"
+
+
+def test_force_answer_when_think_never_closes(ray_local, worker, tiny_text_model, tokenizer):
+    from actors.weights import make_transport
+    from rlcs.prompts import force_answer_ids
+
+    learner = learner_model(tiny_text_model, seed=2, scale=0.0)
+    never_close_think(learner, tokenizer)
+    make_transport("shm", [worker], bucket_mb=1).push(learner.named_parameters())
+    trajs = ray_local.get(worker.generate.remote(ITEMS, step=1))
+    think, answer = THINK * 4, ANSWER * 4
+    forced = force_answer_ids(tokenizer)
+    for t in trajs:
+        assert t.forced_answer
+        assert t.token_ids[think : think + 2] == forced
+        assert forced[0] not in t.token_ids[:think]
+        assert len(t.token_ids) == think + 2 + answer and t.finish_reason == "length"
+        assert "</think><answer>" in t.response
+        assert t.logprobs[think : think + 2] == [0.0, 0.0]
+        assert all(lp < 0 for lp in t.logprobs[:think] + t.logprobs[think + 2 :])
+
+
+def test_greedy_after_sync_equals_transformers(
+    ray_local, worker, tiny_text_model, tokenizer, tmp_path
+):
+    """After a push, the engine generates exactly what transformers does with the learner's
+    weights (same rollout logic, HF engine, in-process), and the checksums match."""
+    from actors.rollout import RolloutWorkerImpl
+    from actors.weights import make_transport
+
+    learner = learner_model(tiny_text_model, seed=3)
+    learner.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    hf = RolloutWorkerImpl(
+        str(tmp_path), dict(engine="hf", n=1, max_think_tokens=16, max_answer_tokens=12)
+    )
+    expected = [t.token_ids for t in hf.generate(ITEMS, step=5, temperature=0.0)]
+
+    make_transport("cpu_bytes", [worker], bucket_mb=1).push(
+        learner_model(tiny_text_model, seed=9).named_parameters()
+    )
+    before = ray_local.get(worker.generate.remote(ITEMS, n=1, step=5, temperature=0.0))
+    assert [t.token_ids for t in before] != expected, "other weights must give other tokens"
+
+    for kind in ("cpu_bytes", "shm"):
+        report = make_transport(kind, [worker], bucket_mb=0.1).push(learner.named_parameters())
+        assert report.checksum_ok and report.buckets > 1
+        assert report.tensors == len(list(learner.named_parameters()))
+        assert report.verified_readback > 0
+        after = ray_local.get(worker.generate.remote(ITEMS, n=1, step=5, temperature=0.0))
+        assert [t.token_ids for t in after] == expected, kind
