@@ -1,0 +1,351 @@
+"""The learner: one DeepSpeed engine per data-parallel rank, for pretraining, SFT and GRPO.
+
+A ``Learner`` is one rank. ``actors.learner_group.LearnerGroup`` runs one per Ray actor and
+forms their ``torch.distributed`` group (gloo on CPU, NCCL on GPU); a single ``Learner`` also
+works in-process (``Learner.local``) for tests and benchmarks. The driver turns a stage's batch
+into per-rank ``RankStep``s (``actors.learner_batches``), with weights normalised over the
+whole step, so the update is the same however the step is split over ranks and micro-batches.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from actors import learner_checkpoint as ckpt
+from actors.deepspeed_config import deepspeed_config
+from actors.learner_batches import RankStep, prepare_step
+from rlcs.config import Config
+from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
+from rlcs.packing import Document, collate
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def node_ip() -> str:
+    """This node's address as other nodes see it; 127.0.0.1 on a single machine."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return "127.0.0.1"
+
+
+def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    cfg = AutoConfig.from_pretrained(path)
+    auto = AutoModelForImageTextToText if hasattr(cfg, "vision_config") else AutoModelForCausalLM
+    return auto.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+
+
+def load_processors(path: str | Path) -> tuple[Any, Any]:
+    """(tokenizer, processor or None) for a model directory."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if (path / "rlcs_processor.json").is_file():
+        from rlcs.vlm_processor import TinyGlm4vProcessor
+
+        proc = TinyGlm4vProcessor.from_pretrained(path)
+        return proc.tokenizer, proc
+    return AutoTokenizer.from_pretrained(path), None
+
+
+class Learner:
+    """One data-parallel rank: a DeepSpeed engine and the three stages' losses."""
+
+    def __init__(
+        self, config: Config, model_path: str | Path, rank: int = 0, world_size: int | None = None
+    ):
+        self.config = config
+        self.model_path = str(model_path)
+        self.rank = rank
+        self.world_size = world_size or config.learner.num_ranks
+        self.device = config.cluster.device
+        self.engine: Any = None
+        self.ref_model: torch.nn.Module | None = None
+
+    @classmethod
+    def local(cls, config: Config, model_path: str | Path) -> Learner:
+        """A single in-process rank (``num_ranks`` must be 1)."""
+        if config.learner.num_ranks != 1:
+            raise ValueError("Learner.local runs one rank; use LearnerGroup for num_ranks > 1")
+        learner = cls(config, model_path, 0, 1)
+        if not torch.distributed.is_initialized():
+            learner.init("127.0.0.1", free_port())
+        else:
+            learner.init(None, None)
+        return learner
+
+    def address(self) -> tuple[str, int]:
+        """Rank 0's reachable address and a free port on it, for the process-group rendezvous."""
+        ip = node_ip()
+        return ip, free_port("" if ip != "127.0.0.1" else ip)
+
+    def init(self, master_addr: str | None, master_port: int | None) -> None:
+        """Join the process group and build the engine. Collective across ranks."""
+        import deepspeed
+
+        if master_addr is not None:
+            os.environ.update(
+                RANK=str(self.rank),
+                LOCAL_RANK="0" if self.device == "cpu" else os.environ.get("LOCAL_RANK", "0"),
+                WORLD_SIZE=str(self.world_size),
+                MASTER_ADDR=master_addr,
+                MASTER_PORT=str(master_port),
+            )
+        if not torch.distributed.is_initialized():
+            deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
+        torch.manual_seed(self.config.run.seed)
+        lc = self.config.learner
+        model = load_hf_model(self.model_path)
+        if self.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        model.config.use_cache = False
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=lc.lr, weight_decay=lc.weight_decay)
+        ds_cfg = deepspeed_config(lc, self.device)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_cfg)
+        self.is_vlm = hasattr(model.config, "vision_config")
+        if lc.grpo.kl_coef > 0:
+            self.ref_model = load_hf_model(self.model_path).to(self.engine.device).eval()
+            self.ref_model.requires_grad_(False)
+        self.tokenizer, self.processor = load_processors(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.steps = 0
+
+    # ----------------------------------------------------------------- forward passes
+    def _position_ids(self, b: dict[str, Any]) -> torch.Tensor:
+        """Per-document positions; for GLM-4.1V, per-document 3-D RoPE with text positions first."""
+        pos = b["position_ids"]
+        if not self.is_vlm:
+            return pos
+        rope = pos[None].repeat(3, 1, 1)
+        inner = self.engine.module.model
+        for row, start, length, grid in b.get("doc_spans", []):
+            if grid is None:
+                continue
+            ids = b["input_ids"][row : row + 1, start : start + length]
+            mm = b["mm_token_type_ids"][row : row + 1, start : start + length]
+            p3, _ = inner.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=grid)
+            rope[:, row, start : start + length] = p3[:, 0]
+        return torch.cat([pos[None], rope], dim=0)
+
+    def _logits(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
+        dev = self.engine.device
+        kw: dict[str, Any] = dict(input_ids=b["input_ids"].to(dev), use_cache=False)
+        kw["position_ids"] = self._position_ids(b).to(dev)
+        if "mm_token_type_ids" in b:
+            kw["mm_token_type_ids"] = b["mm_token_type_ids"].to(dev)
+        if "pixel_values" in b:
+            kw["pixel_values"] = b["pixel_values"].to(dev)
+            kw["image_grid_thw"] = b["image_grid_thw"].to(dev)
+        return model(**kw).logits
+
+    def _collate(
+        self, docs: list[Document], rows: list[list[int]]
+    ) -> tuple[dict[str, Any], list[Document]]:
+        row_docs = [[docs[i] for i in row] for row in rows]
+        order = [d for row in row_docs for d in row]
+        return collate(row_docs, self.pad_id), order
+
+    @torch.no_grad()
+    def _fill_logprobs(
+        self, docs: list[Document], micro: list[list[list[int]]], key: str, model: Any
+    ) -> None:
+        """Per-token logprobs of each document under ``model``, stored in ``doc.extras[key]``."""
+        for rows in micro:
+            b, order = self._collate(docs, rows)
+            lp = (
+                token_logprobs(self._logits(model, b), b["targets"].to(self.engine.device))
+                .float()
+                .cpu()
+            )
+            for d in order:
+                d.extras[key] = [0.0] * len(d)
+            sel = b["doc_offset"] >= 0
+            for idx, off, v in zip(
+                b["doc_index"][sel].tolist(),
+                b["doc_offset"][sel].tolist(),
+                lp[sel].tolist(),
+                strict=True,
+            ):
+                order[idx].extras[key][off] = v
+
+    # ----------------------------------------------------------------- training
+    def run_step(self, step: RankStep) -> dict[str, float]:
+        """This rank's share of one call: every mini-batch is one optimizer step."""
+        t0 = time.perf_counter()
+        grpo = self.config.learner.grpo
+        if step.objective == "policy":
+            micro_all = [mb for mini in step.minis for mb in mini]
+            self._fill_logprobs(step.docs, micro_all, "old_logprobs", self.engine)
+            if self.ref_model is not None:
+                self._fill_logprobs(step.docs, micro_all, "ref_logprobs", self.ref_model)
+        stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
+        for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
+            runs = [(rows, 1.0) for rows in mini]
+            filler = mini[0] if mini else None
+            while len(runs) < n_micro:
+                runs.append((filler, 0.0))
+            for rows, scale in runs:
+                if rows is None:
+                    b = collate([[Document([self.pad_id] * 2, [0.0, 0.0])]], self.pad_id)
+                else:
+                    b, _ = self._collate(step.docs, rows)
+                loss, info = self._micro_loss(b, step.objective, grpo)
+                self.engine.backward(loss * scale * self.world_size, scale_wrt_gas=False)
+                if scale:
+                    stats["loss"] += float(loss.detach())
+                    for k, v in info.items():
+                        stats[k] += v
+            self.engine.step()
+            self.steps += 1
+            norm = self.engine.get_global_grad_norm()
+            stats["grad_norm"] = float(norm) if norm is not None else float("nan")
+        stats["lr"] = float(self.engine.get_lr()[0])
+        stats["step_s"] = time.perf_counter() - t0
+        stats["optimizer_steps"] = float(len(step.minis))
+        return stats
+
+    def _micro_loss(
+        self, b: dict[str, Any], objective: str, grpo: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        dev = self.engine.device
+        logits = self._logits(self.engine, b)
+        targets = b["targets"].to(dev)
+        weights = b["weights"].to(dev)
+        lp = token_logprobs(logits, targets)
+        active = (targets >= 0) & (weights != 0)
+        info = {"tokens": float(active.sum())}
+        if objective == "lm":
+            return (weights * -lp).sum(), info
+        ent = token_entropy(logits) if grpo.entropy_coef > 0 else None
+        terms = ppo_clip_terms(
+            lp,
+            b["old_logprobs"].to(dev),
+            b["advantages"].to(dev),
+            eps_low=grpo.eps_low,
+            eps_high=grpo.eps_high,
+            ref_logprobs=b["ref_logprobs"].to(dev) if "ref_logprobs" in b else None,
+            kl_coef=grpo.kl_coef,
+            entropy=ent,
+            entropy_coef=grpo.entropy_coef,
+        )
+        info["clipped"] = float((terms.clipped & active).sum())
+        return (weights * terms.loss).sum(), info
+
+    def train_step(
+        self, stage: str | None, batch: list[Any], micro_batch: int | None = None
+    ) -> dict[str, float]:
+        """Prepare and run one call on this rank alone (``num_ranks`` 1)."""
+        if self.world_size != 1:
+            raise RuntimeError("train_step on one Learner needs num_ranks 1; use LearnerGroup")
+        steps = prepare_step(
+            stage or self.config.stage,
+            batch,
+            self.config,
+            self.tokenizer,
+            self.processor,
+            micro_batch,
+        )
+        return self.run_step(steps[0])
+
+    # ----------------------------------------------------------------- state
+    def save_checkpoint(self, root: str | Path, tag: str, data_state: Any = None) -> str:
+        return str(ckpt.save(self.engine, root, tag, self.rank, data_state))
+
+    def load_checkpoint(self, root: str | Path, tag: str | None = None) -> Any:
+        return ckpt.load(self.engine, root, tag, self.rank)
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,
+        copied and released before the next, so the full model is never materialised."""
+        import deepspeed
+
+        zero3 = self.config.learner.zero_stage == 3
+        seen: set[int] = set()
+        for mod_name, mod in self.engine.module.named_modules():
+            params = [(n, p) for n, p in mod.named_parameters(recurse=False) if id(p) not in seen]
+            if not params:
+                continue
+            seen.update(id(p) for _, p in params)
+            ctx = (
+                deepspeed.zero.GatheredParameters([p for _, p in params])
+                if zero3
+                else nullcontext()
+            )
+            with ctx:
+                for n, p in params:
+                    t = p.detach().clone() if zero3 else p.detach()
+                    yield (f"{mod_name}.{n}" if mod_name else n), t
+
+    def push_weights(self, transport: Any) -> Any:
+        """Stream the weights through ``transport.push``; every rank must call it (ZeRO-3
+        gathers are collective), only rank 0 pushes."""
+        it = self.named_weights()
+        if self.rank == 0:
+            return transport.push(it)
+        for _ in it:
+            pass
+        return None
+
+    def export_hf(self, out_dir: str | Path) -> str | None:
+        """``save_pretrained`` with tokenizer and processor; collective, rank 0 writes."""
+        state = {}
+        for name, t in self.named_weights():
+            if self.rank == 0:
+                state[name] = t.detach().to("cpu", torch.float32, copy=True)
+        if self.rank != 0:
+            return None
+        out = Path(out_dir)
+        tmp = out.with_name(out.name + ".tmp")
+        self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        ckpt.copy_tokenizer_files(self.model_path, tmp)
+        if out.exists():
+            import shutil
+
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        return str(out)
+
+    def record_optimizer_grads(self) -> None:
+        """Snapshot the gradients the optimizer applies at the next step (after reduction
+        across ranks and clipping): Adam's first steps amplify float noise in tiny gradients
+        to +-lr, so equivalence tests compare these rather than weights. Under ZeRO-1/2 each
+        rank sees its own flat partition, in rank order."""
+        opt = getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)
+        self._recorded: list[torch.Tensor] = []
+
+        def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            self._recorded = [
+                p.grad.detach().float().clone().view(-1)
+                for g in optimizer.param_groups
+                for p in g["params"]
+                if p.grad is not None
+            ]
+            handle.remove()
+
+        handle = opt.register_step_pre_hook(hook)
+
+    def recorded_grads(self) -> torch.Tensor:
+        return torch.cat(self._recorded) if self._recorded else torch.zeros(0)
+
+    def ping(self) -> int:
+        return self.rank

@@ -1,0 +1,223 @@
+"""Turning a stage's input into per-rank work, on the driver, before any rank runs.
+
+Every loss is made a weighted token sum whose weights are normalised over the *whole* step
+(all ranks, all micro-batches), so running it in any split gives the full-batch gradient:
+- pretrain / SFT: the token mean over every loss token of the step;
+- RL: per-sample (default) or per-token aggregation over each mini-batch (``rlcs.grpo``).
+
+Inputs:
+- pretrain: dicts ``{"text": str, "images": [PIL, ...]?}`` (images as ``<|image|>`` placeholders
+  in the text) or plain token-id lists;
+- sft: dicts ``{"prompt", "response", "images"?, "thinking"?}``;
+- rl: trajectories, as dicts or ``rlcs.data.Trajectory``: ``prompt_token_ids`` (image tokens
+  already expanded), ``token_ids``, ``reward``, ``item_id`` (the GRPO group) and ``images``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlcs.config import Config
+from rlcs.grpo import group_advantages, token_weights
+from rlcs.packing import Document, plan_step
+from rlcs.sft import build_sft_example
+
+IMAGE_TOKEN = "<|image|>"
+
+
+@dataclass
+class RankStep:
+    """One rank's share of one training call.
+
+    ``minis[m]`` is mini-batch ``m`` (one optimizer step): its micro-batches, each a list of
+    rows of indices into ``docs``. ``num_micro[m]`` is the most micro-batches any rank has in
+    mini-batch ``m``; a rank with fewer runs zero-weight ones so collective calls line up.
+    """
+
+    docs: list[Document]
+    minis: list[list[list[list[int]]]]
+    num_micro: list[int]
+    objective: str  # "lm" or "policy"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _pil_images(images: Any) -> list:
+    return list(images or [])
+
+
+def encode_images(processor: Any, ids: list[int], images: list) -> dict[str, torch.Tensor] | None:
+    """Processor tensors for a document whose ``ids`` already hold expanded image tokens."""
+    if not images:
+        return None
+    vis = processor.image_processor(images=images, return_tensors="pt")
+    image_id = processor.image_token_id
+    expected = sum(processor.image_token_counts(vis["image_grid_thw"]))
+    found = sum(1 for t in ids if t == image_id)
+    if found != expected:
+        raise ValueError(f"sequence has {found} image tokens but its images need {expected}")
+    return {
+        "pixel_values": vis["pixel_values"],
+        "image_grid_thw": vis["image_grid_thw"],
+        "mm_token_type_ids": (torch.tensor(ids) == image_id).to(torch.int32),
+    }
+
+
+def pretrain_documents(
+    samples: list[Any], tokenizer: Any, processor: Any, seq_len: int
+) -> list[Document]:
+    """Causal-LM documents; text-only ones longer than ``seq_len`` are cut into pieces."""
+    docs: list[Document] = []
+    for s in samples:
+        if isinstance(s, dict):
+            images = _pil_images(s.get("images"))
+            if images:
+                enc = processor(s["text"], images)
+                ids = enc["input_ids"][0].tolist()
+                img = {k: enc[k] for k in ("pixel_values", "image_grid_thw")}
+                img["mm_token_type_ids"] = enc["mm_token_type_ids"][0]
+                if len(ids) > seq_len:
+                    raise ValueError(
+                        f"image-text document of {len(ids)} tokens exceeds seq_len={seq_len}"
+                    )
+                docs.append(Document(ids, [1.0] * len(ids), images=img))
+                continue
+            ids = tokenizer(s["text"], add_special_tokens=False)["input_ids"]
+        else:
+            ids = list(s)
+        for k in range(0, len(ids), seq_len):
+            piece = ids[k : k + seq_len]
+            if len(piece) > 1:
+                docs.append(Document(piece, [1.0] * len(piece)))
+    return docs
+
+
+def sft_documents(
+    examples: list[dict], tokenizer: Any, processor: Any, seq_len: int
+) -> list[Document]:
+    """Assistant-only loss documents in the think/answer (or ``/nothink``) format."""
+    docs = []
+    for ex in examples:
+        images = _pil_images(ex.get("images"))
+        built = build_sft_example(
+            processor if images else tokenizer,
+            ex["prompt"],
+            ex["response"],
+            images=images,
+            thinking=ex.get("thinking", True),
+        )
+        if len(built.input_ids) > seq_len:
+            raise ValueError(
+                f"SFT example of {len(built.input_ids)} tokens exceeds seq_len={seq_len}"
+            )
+        docs.append(
+            Document(built.input_ids, [float(m) for m in built.loss_mask], images=built.images)
+        )
+    return docs
+
+
+def _normalise_tokens(docs: list[Document]) -> None:
+    """Scale 0/1 masks to the token mean over the whole step."""
+    total = sum(sum(1 for w in d.weights[1:] if w > 0) for d in docs)
+    for d in docs:
+        d.weights = [w / max(total, 1) for w in d.weights]
+
+
+def _get(t: Any, key: str, default: Any = None) -> Any:
+    return t.get(key, default) if isinstance(t, dict) else getattr(t, key, default)
+
+
+def rl_documents(
+    trajectories: list[Any], config: Config, processor: Any
+) -> tuple[list[Document], list[int]]:
+    """GRPO documents with per-token advantages; returns them and each one's mini-batch."""
+    grpo = config.learner.grpo
+    rewards = [float(_get(t, "reward")) for t in trajectories]
+    groups = [_get(t, "item_id") for t in trajectories]
+    adv = group_advantages(rewards, groups, std_normalize=grpo.std_normalize).tolist()
+    order = list(range(len(trajectories)))
+    random.Random(config.run.seed + len(trajectories)).shuffle(order)
+    n_mini = min(grpo.mini_batches, len(trajectories))
+    mini_of = [0] * len(trajectories)
+    for k, i in enumerate(order):
+        mini_of[i] = k * n_mini // len(trajectories)
+    docs = []
+    for t, a in zip(trajectories, adv, strict=True):
+        prompt = list(_get(t, "prompt_token_ids"))
+        resp = list(_get(t, "token_ids"))
+        if not resp:
+            raise ValueError(f"trajectory of item {_get(t, 'item_id')!r} has no response tokens")
+        ids = prompt + resp
+        mask = [0.0] * len(prompt) + [1.0] * len(resp)
+        images = _pil_images(_get(t, "images"))
+        img = encode_images(processor, ids, images) if images else None
+        docs.append(Document(ids, mask, extras={"advantages": [a * m for m in mask]}, images=img))
+    for m in range(n_mini):
+        members = [i for i in range(len(docs)) if mini_of[i] == m]
+        lengths = [int(sum(docs[i].weights)) for i in members]
+        w = token_weights(lengths, grpo.loss_agg)
+        for i, wi in zip(members, w, strict=True):
+            docs[i].weights = [wi * x for x in docs[i].weights]
+    return docs, mini_of
+
+
+def split_step(
+    docs: list[Document],
+    mini_of: list[int],
+    config: Config,
+    objective: str,
+    micro_batch: int | None = None,
+) -> list[RankStep]:
+    """Balance each mini-batch over ranks by tokens and pack it into micro-batches."""
+    lc = config.learner
+    ranks = lc.num_ranks
+    mb = micro_batch or lc.micro_batch
+    n_mini = max(mini_of) + 1 if mini_of else 0
+    local: list[list[int]] = [[] for _ in range(ranks)]
+    minis: list[list[list[list[list[int]]]]] = [[] for _ in range(ranks)]
+    num_micro = []
+    for m in range(n_mini):
+        members = [i for i in range(len(docs)) if mini_of[i] == m]
+        plan = plan_step(
+            [len(docs[i]) for i in members], ranks, config.data.seq_len, mb, config.data.pack
+        )
+        num_micro.append(plan.num_micro)
+        for r, micro in enumerate(plan.ranks):
+            base = len(local[r])
+            flat = [members[i] for mbatch in micro for row in mbatch for i in row]
+            local[r].extend(flat)
+            index = {g: base + k for k, g in enumerate(flat)}
+            minis[r].append(
+                [[[index[members[i]] for i in row] for row in mbatch] for mbatch in micro]
+            )
+    return [
+        RankStep([docs[i] for i in local[r]], minis[r], num_micro, objective) for r in range(ranks)
+    ]
+
+
+def prepare_step(
+    stage: str,
+    batch: list[Any],
+    config: Config,
+    tokenizer: Any,
+    processor: Any,
+    micro_batch: int | None = None,
+) -> list[RankStep]:
+    """Per-rank work for one training call of ``stage`` on ``batch``."""
+    seq_len = config.data.seq_len
+    if stage == "pretrain":
+        docs = pretrain_documents(batch, tokenizer, processor, seq_len)
+    elif stage == "sft":
+        docs = sft_documents(batch, tokenizer, processor, seq_len)
+    elif stage == "rl":
+        docs, mini_of = rl_documents(batch, config, processor)
+        return split_step(docs, mini_of, config, "policy", micro_batch)
+    else:
+        raise ValueError(f"unknown stage {stage!r} (pretrain, sft, rl)")
+    if not docs:
+        raise ValueError(f"{stage} batch has no trainable tokens")
+    _normalise_tokens(docs)
+    return split_step(docs, [0] * len(docs), config, "lm", micro_batch)

@@ -1,0 +1,106 @@
+"""Learner checkpoints that resume exactly, and the HF export.
+
+A checkpoint is ``CKPT_ROOT/<tag>/`` holding DeepSpeed's state (model, optimizer, LR scheduler),
+one RNG file per rank, and the driver's data/sampler position. All ranks write into
+``CKPT_ROOT/.tmp-<tag>``; rank 0 renames it into place only after every rank has finished,
+then rewrites ``CKPT_ROOT/latest`` through a temporary file. A crash mid-save leaves the previous
+checkpoint and ``latest`` untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+_DS_TAG = "state"
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(engine: Any, root: str | Path, tag: str, rank: int, data_state: Any = None) -> Path:
+    """Collective: every rank calls it. Returns the final checkpoint directory."""
+    root = Path(root)
+    tmp, final = root / f".tmp-{tag}", root / tag
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    engine.save_checkpoint(str(tmp), tag=_DS_TAG, client_state={"data_state": data_state})
+    torch.save(rng_state(), tmp / _DS_TAG / f"rng_rank{rank}.pt")
+    _barrier()
+    if rank == 0:
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        latest_tmp = root / "latest.tmp"
+        latest_tmp.write_text(tag)
+        os.replace(latest_tmp, root / "latest")
+    _barrier()
+    return final
+
+
+def latest_tag(root: str | Path) -> str | None:
+    p = Path(root) / "latest"
+    return p.read_text().strip() if p.is_file() else None
+
+
+def load(engine: Any, root: str | Path, tag: str | None, rank: int) -> Any:
+    """Collective: restore engine and RNG state; returns the saved data/sampler position."""
+    tag = tag or latest_tag(root)
+    if tag is None:
+        raise FileNotFoundError(f"{root}: no checkpoint (no 'latest' file)")
+    path = Path(root) / tag
+    if not (path / _DS_TAG).is_dir():
+        raise FileNotFoundError(f"{path}: not a learner checkpoint")
+    loaded, client = engine.load_checkpoint(str(path), tag=_DS_TAG)
+    if loaded is None:
+        raise RuntimeError(f"{path}: DeepSpeed could not load the checkpoint")
+    rng_file = path / _DS_TAG / f"rng_rank{rank}.pt"
+    if rng_file.is_file():
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    return (client or {}).get("data_state")
+
+
+def copy_tokenizer_files(src: str | Path, dst: str | Path) -> None:
+    """Write the source model's tokenizer, and its processor if it has one, next to the weights."""
+    src, dst = Path(src), Path(dst)
+    if (src / "rlcs_processor.json").is_file():
+        from rlcs.vlm_processor import TinyGlm4vProcessor
+
+        TinyGlm4vProcessor.from_pretrained(src).save_pretrained(dst)
+        return
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+    for name in ("preprocessor_config.json", "processor_config.json", "chat_template.jinja"):
+        if (src / name).is_file() and not (dst / name).exists():
+            shutil.copy2(src / name, dst / name)

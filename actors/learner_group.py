@@ -1,0 +1,95 @@
+"""One ``Learner`` Ray actor per data-parallel rank, forming one torch.distributed group.
+
+The group does the driver's share of a step (tokenising, advantages, token balancing across
+ranks, packing; see ``actors.learner_batches``) and fans each rank its ``RankStep``. Rank 0's
+node address and a free port on it are the rendezvous point: 127.0.0.1 on one machine, the
+rank-0 node's IP on a cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.learner import Learner, load_processors
+from actors.learner_batches import prepare_step
+from rlcs.config import Config
+
+
+class LearnerGroup:
+    """Creates the ranks and calls them together; every method is collective."""
+
+    def __init__(
+        self,
+        config: Config,
+        model_path: str | Path,
+        num_cpus_per_rank: float = 1,
+        placement_group: Any = None,
+    ):
+        self.config = config
+        self.model_path = str(model_path)
+        n = config.learner.num_ranks
+        gpus = 1 if config.cluster.device == "cuda" else 0
+        actor_cls = ray.remote(Learner)
+        self.actors = []
+        for rank in range(n):
+            opts: dict[str, Any] = dict(num_cpus=num_cpus_per_rank, num_gpus=gpus)
+            if placement_group is not None:
+                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+                opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group, placement_group_bundle_index=rank
+                )
+            self.actors.append(actor_cls.options(**opts).remote(config, self.model_path, rank, n))
+        addr, port = ray.get(self.actors[0].address.remote())
+        ray.get([a.init.remote(addr, port) for a in self.actors])
+        self.tokenizer, self.processor = load_processors(self.model_path)
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+
+    def train_step(
+        self, stage: str | None, batch: list[Any], micro_batch: int | None = None
+    ) -> dict[str, float]:
+        """One call of ``stage`` (default: the config's) on ``batch``; metrics summed over ranks
+        where they are sums (loss, tokens, clipped), else rank 0's."""
+        steps = prepare_step(
+            stage or self.config.stage,
+            batch,
+            self.config,
+            self.tokenizer,
+            self.processor,
+            micro_batch,
+        )
+        results = ray.get([a.run_step.remote(s) for a, s in zip(self.actors, steps, strict=True)])
+        out = dict(results[0])
+        for key in ("loss", "tokens", "clipped"):
+            out[key] = sum(r[key] for r in results)
+        out["step_s"] = max(r["step_s"] for r in results)
+        out["rank_tokens"] = [r["tokens"] for r in results]
+        return out
+
+    def save_checkpoint(self, root: str | Path, tag: str, data_state: Any = None) -> str:
+        return self._all("save_checkpoint", str(root), tag, data_state)[0]
+
+    def load_checkpoint(self, root: str | Path, tag: str | None = None) -> Any:
+        return self._all("load_checkpoint", str(root), tag)[0]
+
+    def export_hf(self, out_dir: str | Path) -> str:
+        return self._all("export_hf", str(out_dir))[0]
+
+    def push_weights(self, transport: Any) -> Any:
+        """Rank 0 pushes through ``transport`` (which must survive pickling into the actor);
+        the other ranks take part in ZeRO-3 gathers. Returns rank 0's report."""
+        return self._all("push_weights", transport)[0]
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        """Any ``Learner`` method on every rank, e.g. ``weights_checksum``."""
+        return self._all(method, *args)
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []

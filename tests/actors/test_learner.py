@@ -1,0 +1,191 @@
+"""The learner in-process on the tiny GLM-4.1V-architecture VLM, one DeepSpeed engine shared.
+
+The stages run one after another on the same engine (they share weights on purpose: the
+recipe chains them). Each must lower its own objective on a fixed batch with images.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from actors.learner import Learner
+from rlcs.config import Config
+
+THINK = "<think>{r}</think><answer><|begin_of_box|>{a}<|end_of_box|></answer>"
+
+
+def _image(color: str, w: int = 112, h: int = 84) -> Image.Image:
+    img = Image.new("RGB", (w, h), "white")
+    ImageDraw.Draw(img).rectangle([10, 10, 60, 50], fill=color)
+    return img
+
+
+def _config(model_path, **learner) -> Config:
+    lc = dict(lr=2e-3, zero_stage=2, micro_batch=2, grad_clip=1.0)
+    lc.update(learner)
+    return Config.model_validate(
+        {
+            "stage": "pretrain",
+            "model": {"path": str(model_path)},
+            "learner": lc,
+            "data": {"seq_len": 256},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def vlm_learner(tiny_vlm):
+    learner = Learner.local(_config(tiny_vlm), tiny_vlm)
+    yield learner
+
+
+def pretrain_batch():
+    texts = [{"text": f"plain text document number {i} about shapes"} for i in range(3)]
+    images = [
+        {"text": f"<|begin_of_image|><|image|><|end_of_image|>a {c} box", "images": [_image(c)]}
+        for c in ("red", "blue")
+    ]
+    return texts + images
+
+
+def sft_batch():
+    out = []
+    for c in ("red", "green"):
+        out.append(
+            {
+                "prompt": "What colour is the box?",
+                "response": THINK.format(r="look", a=c),
+                "images": [_image(c)],
+            }
+        )
+    out.append(
+        {
+            "prompt": "2+3?",
+            "response": "<answer><|begin_of_box|>5<|end_of_box|></answer>",
+            "thinking": False,
+        }
+    )
+    return out
+
+
+def rl_batch(learner: Learner):
+    """Two prompts (one with an image) x 4 rollouts, rewarded 1 for answer 'a', 0 otherwise."""
+    proc, tok = learner.processor, learner.tokenizer
+    trajs = []
+    for item, img in (("img", _image("red")), ("txt", None)):
+        content = [{"type": "image"}, {"type": "text", "text": "Colour?"}] if img else "Colour?"
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+        ids = proc(text, [img] if img else None)["input_ids"][0].tolist()
+        for k, ans in enumerate("abab"):
+            resp = tok(
+                THINK.format(r="hm" * (k + 1), a=ans) + "<|endoftext|>", add_special_tokens=False
+            )["input_ids"]
+            trajs.append(
+                dict(
+                    item_id=item,
+                    prompt_token_ids=ids,
+                    token_ids=resp,
+                    reward=float(ans == "a"),
+                    images=[img] if img else [],
+                )
+            )
+    return trajs
+
+
+def _weighted_logprob(learner: Learner, trajs) -> float:
+    """sum_i A_i * mean log p(response_i): what GRPO raises."""
+    from actors.learner_batches import prepare_step
+
+    step = prepare_step("rl", trajs, learner.config, learner.tokenizer, learner.processor)[0]
+    micro = [mb for mini in step.minis for mb in mini]
+    learner._fill_logprobs(step.docs, micro, "lp", learner.engine)
+    total = 0.0
+    for d in step.docs:
+        resp = [i for i, w in enumerate(d.weights) if w > 0]
+        adv = d.extras["advantages"][resp[0]]
+        total += adv * sum(d.extras["lp"][i] for i in resp) / len(resp)
+    return total
+
+
+def test_pretrain_loss_falls_on_vlm_with_images(vlm_learner):
+    batch = pretrain_batch()
+    losses = [vlm_learner.train_step("pretrain", batch)["loss"] for _ in range(6)]
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_sft_loss_falls_on_vlm_with_images(vlm_learner):
+    batch = sft_batch()
+    stats = [vlm_learner.train_step("sft", batch) for _ in range(6)]
+    losses = [s["loss"] for s in stats]
+    assert losses[-1] < 0.8 * losses[0], losses
+    # only assistant tokens count: 2 think replies + 1 nothink reply with their end tokens
+    tok = vlm_learner.tokenizer
+    n = sum(
+        len(tok(ex["response"] + "<|endoftext|>", add_special_tokens=False)["input_ids"])
+        for ex in sft_batch()
+    )
+    assert stats[0]["tokens"] == n
+
+
+def test_rl_raises_advantage_weighted_logprob_on_vlm_with_images(vlm_learner):
+    trajs = rl_batch(vlm_learner)
+    before = _weighted_logprob(vlm_learner, trajs)
+    stats = [vlm_learner.train_step("rl", trajs) for _ in range(4)]
+    after = _weighted_logprob(vlm_learner, trajs)
+    assert after > before + 0.05, (before, after)
+    # the first update's ratio is exactly 1, so the per-sample loss is -mean(A) = 0
+    assert abs(stats[0]["loss"]) < 1e-5
+    assert all(s["optimizer_steps"] == 1 for s in stats)
+
+
+def test_vlm_packing_matches_each_document_alone(vlm_learner):
+    """Two image documents and a text one packed in one row give their stand-alone logits."""
+    from actors.learner_batches import pretrain_documents
+    from rlcs.packing import collate
+
+    docs = pretrain_documents(
+        pretrain_batch()[2:], vlm_learner.tokenizer, vlm_learner.processor, 256
+    )
+    with torch.no_grad():
+        packed = vlm_learner._logits(vlm_learner.engine, collate([docs], vlm_learner.pad_id))[0]
+        at = 0
+        for d in docs:
+            alone = vlm_learner._logits(vlm_learner.engine, collate([[d]], vlm_learner.pad_id))[0]
+            torch.testing.assert_close(packed[at : at + len(d)], alone, atol=2e-5, rtol=1e-4)
+            at += len(d)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_grad_accumulation_equals_full_batch(vlm_learner, tmp_path, stage):
+    """Many micro-batches (one document each) apply the gradient of one full-batch micro-batch.
+
+    Gradients are compared (as the optimizer receives them), not weights: a first Adam step
+    maps float noise in near-zero gradients to +-lr.
+    """
+    batch = sft_batch() if stage == "sft" else rl_batch(vlm_learner)
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    cfg = vlm_learner.config
+    cfg.data.pack = False
+    try:
+        vlm_learner.record_optimizer_grads()
+        split = vlm_learner.train_step(stage, batch, micro_batch=1)
+        g_split = vlm_learner.recorded_grads()
+        vlm_learner.load_checkpoint(tmp_path, "start")
+        vlm_learner.record_optimizer_grads()
+        whole = vlm_learner.train_step(stage, batch, micro_batch=len(batch))
+        g_whole = vlm_learner.recorded_grads()
+    finally:
+        cfg.data.pack = True
+        vlm_learner.load_checkpoint(tmp_path, "start")
+    assert split["loss"] == pytest.approx(whole["loss"], rel=1e-5, abs=1e-6)
+    assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-5)
+    assert g_whole.norm() > 0
+    assert _rel(g_split, g_whole) < 1e-5
