@@ -1,0 +1,190 @@
+"""RolloutWorker on the transformers engine, in real Ray actors: text and the tiny GLM-4.1V VLM."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+import torch
+
+THINK, ANSWER = 12, 6
+ITEMS = [{"id": "t1", "domain": "math", "prompt": "What is 7*6?"}]
+
+
+def never_close_think(model, tokenizer) -> None:
+    """Edit a model in place so it can never emit ``</think>`` or a stop token (see the vLLM
+    test module: a huge hidden dim 0 everywhere, banned output rows pointing against it)."""
+    from rlcs.prompts import think_close_id
+    from rlcs.tokenizer import stop_token_ids
+
+    banned = [think_close_id(tokenizer), *stop_token_ids(tokenizer)]
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = 1000.0
+        head = model.get_output_embeddings().weight
+        head[banned] = 0.0
+        head[banned, 0] = -10.0
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _worker(ray_local, path, **cfg):
+    from actors.rollout import RolloutWorker
+
+    base = dict(engine="hf", n=2, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=3)
+    w = RolloutWorker.remote(str(path), {**base, **cfg})
+    ray_local.get(w.ready.remote())
+    return w
+
+
+@pytest.fixture(scope="module")
+def text_worker(ray_local, tiny_text_model):
+    w = _worker(ray_local, tiny_text_model)
+    yield w
+    ray_local.kill(w)
+
+
+@pytest.fixture(scope="module")
+def vlm_worker(ray_local, tiny_vlm):
+    w = _worker(ray_local, tiny_vlm)
+    yield w
+    ray_local.kill(w)
+
+
+@pytest.fixture(scope="module")
+def vlm():
+    from transformers import Glm4vForConditionalGeneration
+
+    def load(path):
+        return Glm4vForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+
+    return load
+
+
+def _push(worker, model, kind="cpu_bytes"):
+    from actors.weights import make_transport
+
+    return make_transport(kind, [worker], bucket_mb=1).push(model.named_parameters())
+
+
+def test_text_trajectories_have_the_models_logprobs(ray_local, text_worker, tiny_text_model):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.float32).eval()
+    _push(text_worker, model)
+    trajs = ray_local.get(text_worker.generate.remote(ITEMS, step=0))
+    assert len(trajs) == 2 and trajs[0].token_ids != trajs[1].token_ids
+    for t in trajs:
+        assert len(t.logprobs) == len(t.token_ids) > 0 and t.finish_reason in {"stop", "length"}
+        assert len(t.token_ids) <= THINK + 2 + ANSWER
+        ids = torch.tensor([t.prompt_token_ids + t.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1]
+        ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(t.token_ids)[:, None])[:, 0]
+        kept = [i for i, lp in enumerate(t.logprobs) if lp != 0.0]
+        assert torch.allclose(torch.tensor(t.logprobs)[kept], ref[kept], atol=1e-4)
+    again = ray_local.get(text_worker.generate.remote(ITEMS, step=0))
+    assert [t.token_ids for t in again] == [t.token_ids for t in trajs]
+
+
+def test_force_answer_on_hf_text(ray_local, text_worker, tiny_text_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_text_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.float32)
+    never_close_think(model, tok)
+    _push(text_worker, model, "shm")
+    for t in ray_local.get(text_worker.generate.remote(ITEMS, step=1)):
+        assert t.forced_answer and t.finish_reason == "length"
+        assert tok.decode(t.token_ids[THINK : THINK + 2]) == "</think><answer>"
+        assert len(t.token_ids) == THINK + 2 + ANSWER
+        assert "</think>" not in tok.decode(t.token_ids[:THINK])
+        assert t.logprobs[THINK : THINK + 2] == [0.0, 0.0]
+
+
+def _png_b64(img) -> str:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_image_prompt_is_expanded_exactly_once(
+    ray_local, vlm_worker, tiny_vlm, vlm, shapes_image, tmp_path
+):
+    from PIL import Image
+
+    from rlcs.tokenizer import build_tokenizer
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    model = vlm(tiny_vlm)
+    _push(vlm_worker, model)
+    shapes_image.save(tmp_path / "shapes.png")
+    blank = Image.new("RGB", (112, 84), "white")
+    items = [
+        {"id": "v1", "domain": "vqa", "prompt": "What shapes?", "images": ["shapes.png"]},
+        {"id": "v2", "domain": "vqa", "prompt": "What shapes?", "images": [_png_b64(blank)]},
+    ]
+    trajs = ray_local.get(
+        vlm_worker.generate.remote(items, n=1, step=0, base_dir=str(tmp_path), temperature=0.0)
+    )
+    tok = build_tokenizer()
+    image_id = tok.convert_tokens_to_ids("<|image|>")
+    for t in trajs:
+        # 112x84 -> grid 1x6x8 patches -> 48 / merge 2x2 = 12 image tokens, one image block.
+        assert t.prompt_token_ids.count(image_id) == 12
+        assert t.prompt_token_ids.count(tok.convert_tokens_to_ids("<|begin_of_image|>")) == 1
+        assert len(t.logprobs) == len(t.token_ids) > 0
+    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    enc = proc("[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>What shapes?"
+               "<|assistant|>\n", [shapes_image])  # fmt: skip
+    assert enc["input_ids"][0].tolist() == trajs[0].prompt_token_ids
+    with torch.no_grad():
+        first = model(**enc).logits[0, -1].float().log_softmax(-1)
+    assert trajs[0].token_ids[0] == int(first.argmax())
+    assert trajs[0].logprobs[0] == pytest.approx(float(first.max()), abs=1e-4)
+    assert trajs[0].logprobs[0] != pytest.approx(trajs[1].logprobs[0], abs=1e-6), "pixels matter"
+
+
+def test_pre_expanded_prompt_is_refused(ray_local, vlm_worker):
+    import ray
+
+    bad = [{"id": "x", "domain": "vqa", "prompt": "<|image|> what?", "images": []}]
+    with pytest.raises(ray.exceptions.RayTaskError, match="already contains"):
+        ray_local.get(vlm_worker.generate.remote(bad, n=1))
+
+
+def test_force_answer_on_hf_vlm_with_image(
+    ray_local, vlm_worker, tiny_vlm, vlm, shapes_image, tmp_path
+):
+    from rlcs.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    model = vlm(tiny_vlm)
+    never_close_think(model, tok)
+    report = _push(vlm_worker, model)
+    assert report.checksum_ok and report.verified_readback == report.tensors
+    shapes_image.save(tmp_path / "s.png")
+    items = [{"id": "v", "domain": "vqa", "prompt": "Count.", "images": ["s.png"]}]
+    for t in ray_local.get(vlm_worker.generate.remote(items, step=2, base_dir=str(tmp_path))):
+        assert t.forced_answer and len(t.token_ids) == THINK + 2 + ANSWER
+        assert tok.decode(t.token_ids[THINK : THINK + 2]) == "</think><answer>"
+
+
+def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
+    w = _worker(ray_local, tiny_text_model, nothink=True, n=1)
+    try:
+        (t,) = ray_local.get(w.generate.remote(ITEMS))
+    finally:
+        ray_local.kill(w)
+    from rlcs.tokenizer import build_tokenizer
+
+    prompt = build_tokenizer().decode(t.prompt_token_ids)
+    assert prompt.endswith("/nothink<|assistant|>\n<think></think>")
+    assert not t.forced_answer and len(t.token_ids) <= ANSWER
