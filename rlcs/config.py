@@ -177,9 +177,19 @@ class ClusterConfig(Section):
     device: Literal["cpu", "cuda"] = "cpu"
     num_nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
-    learner_gpus: int = Field(0, ge=0)
-    rollout_gpus: int = Field(0, ge=0)
-    colocate: bool = False
+    learner_cpus_per_rank: float = Field(1.0, ge=0.0)
+    learner_gpus_per_rank: float = Field(0.0, ge=0.0)
+    rollout_cpus_per_worker: float = Field(1.0, ge=0.0)
+    rollout_gpus_per_worker: float = Field(
+        0.0, ge=0.0, description="GPUs per rollout engine: its tensor-parallel size on GPU hosts."
+    )
+    reward_cpus_per_actor: float = Field(1.0, ge=0.0)
+    colocate: bool = Field(False, description="Learner ranks and rollout engines share devices.")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    role_resources: dict[Literal["learner", "rollout", "reward"], dict[str, float]] = Field(
+        default_factory=dict,
+        description="Extra custom resources per role's bundles, to pin a role to labelled nodes.",
+    )
     weight_sync: Literal["cpu_bytes", "shm", "nccl", "cuda_ipc"] = "cpu_bytes"
     weight_sync_bucket_mb: int = Field(256, ge=1)
 

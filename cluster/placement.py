@@ -1,0 +1,168 @@
+"""Ray placement groups for the learner, rollout and reward roles, from the `cluster:` config.
+
+``plan_resources`` is pure arithmetic (what each role's bundles ask for, and whether the cluster
+described by the config can hold them); ``create_placement`` reserves the bundles on a live Ray
+cluster and hands each actor its scheduling options.
+
+- Split (default): learner ranks and rollout engines get bundles of their own.
+- Colocated (``cluster.colocate``): learner rank i and rollout engine i share bundle i, each
+  taking half of its GPUs, as in hybrid-engine setups that put vLLM to sleep while training.
+- ``cluster.role_resources`` adds custom resources to a role's bundles, which pins that role to
+  the nodes started with them (``ray start --resources '{"trainer": 8}'``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcs.config import Config
+
+ROLES = ("learner", "rollout", "reward")
+
+
+@dataclass
+class ResourcePlan:
+    bundles: dict[str, list[dict[str, float]]]
+    gpus_needed: float
+    gpus_available: float
+    problems: list[str] = field(default_factory=list)
+
+    def check(self) -> ResourcePlan:
+        if self.problems:
+            raise PlacementError(
+                "cluster config cannot be placed:\n  " + "\n  ".join(self.problems)
+            )
+        return self
+
+
+class PlacementError(RuntimeError):
+    """The roles cannot be placed; the message says which resource is short."""
+
+
+def plan_resources(cfg: Config) -> ResourcePlan:
+    """Bundles per role and the GPU arithmetic for ``cfg``; problems are listed, not raised."""
+    c = cfg.cluster
+    ranks, workers, rewards = cfg.learner.num_ranks, cfg.rollout.num_workers, cfg.reward.num_actors
+    extra = {role: dict(c.role_resources.get(role, {})) for role in ROLES}
+    lg, rg = c.learner_gpus_per_rank, c.rollout_gpus_per_worker
+    problems: list[str] = []
+
+    if c.colocate:
+        if workers != ranks:
+            problems.append(
+                f"colocate needs one rollout engine per learner rank ({workers} != {ranks})"
+            )
+        if rg != lg:
+            problems.append(f"colocate needs equal GPUs per learner rank and engine ({lg} != {rg})")
+        shared = {"CPU": c.learner_cpus_per_rank + c.rollout_cpus_per_worker, **_gpu(lg)}
+        learner = [{**shared, **extra["learner"], **extra["rollout"]} for _ in range(ranks)]
+        rollout: list[dict[str, float]] = []
+        gpus_needed = ranks * lg
+    else:
+        learner = [
+            {"CPU": c.learner_cpus_per_rank, **_gpu(lg), **extra["learner"]} for _ in range(ranks)
+        ]
+        rollout = [
+            {"CPU": c.rollout_cpus_per_worker, **_gpu(rg), **extra["rollout"]}
+            for _ in range(workers)
+        ]
+        gpus_needed = ranks * lg + workers * rg
+    reward = [{"CPU": c.reward_cpus_per_actor, **extra["reward"]} for _ in range(rewards)]
+    gpus_available = float(c.num_nodes * c.gpus_per_node)
+
+    if c.device == "cuda":
+        if lg <= 0:
+            problems.append("cluster.device is cuda but cluster.learner_gpus_per_rank is 0")
+        if cfg.rollout.engine == "vllm" and rg <= 0:
+            problems.append("cluster.device is cuda but cluster.rollout_gpus_per_worker is 0")
+        if rg and cfg.rollout.tensor_parallel_size != rg:
+            problems.append(
+                f"rollout.tensor_parallel_size ({cfg.rollout.tensor_parallel_size}) must equal "
+                f"cluster.rollout_gpus_per_worker ({rg})"
+            )
+        for name, per in (("learner_gpus_per_rank", lg), ("rollout_gpus_per_worker", rg)):
+            if per > c.gpus_per_node:
+                problems.append(
+                    f"cluster.{name} ({per}) exceeds cluster.gpus_per_node ({c.gpus_per_node})"
+                )
+        if gpus_needed > gpus_available:
+            problems.append(
+                f"roles need {gpus_needed:g} GPUs but {c.num_nodes} node(s) x {c.gpus_per_node} "
+                f"GPUs = {gpus_available:g}"
+            )
+    elif lg or rg:
+        problems.append(
+            "cluster.device is cpu but GPUs are requested per learner rank or rollout worker"
+        )
+    return ResourcePlan({"learner": learner, "rollout": rollout, "reward": reward}, gpus_needed,
+                        gpus_available, problems)  # fmt: skip
+
+
+def _gpu(n: float) -> dict[str, float]:
+    return {"GPU": n} if n else {}
+
+
+@dataclass
+class Placement:
+    """Reserved bundles per role; ``options(role, i)`` are the Ray options for actor ``i``."""
+
+    groups: dict[str, Any]  # role -> PlacementGroup (the learner's also holds colocated engines)
+    plan: ResourcePlan
+    colocate: bool
+
+    def options(self, role: str, index: int) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pg_role = "learner" if (self.colocate and role == "rollout") else role
+        bundle = self.plan.bundles[pg_role][index]
+        share = 0.5 if self.colocate and role in ("learner", "rollout") else 1.0
+        cfg_cpu = bundle.get("CPU", 0.0) * share
+        opts: dict[str, Any] = {
+            "num_cpus": cfg_cpu,
+            "num_gpus": bundle.get("GPU", 0.0) * share,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.groups[pg_role],
+                placement_group_bundle_index=index,
+                placement_group_capture_child_tasks=True,
+            ),
+        }
+        custom = {k: v * share for k, v in bundle.items() if k not in ("CPU", "GPU")}
+        if custom:
+            opts["resources"] = custom
+        return opts
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self.groups.values():
+            remove_placement_group(pg)
+
+
+def create_placement(cfg: Config, timeout_s: float = 120.0) -> Placement:
+    """Reserve every role's bundles on the connected Ray cluster, or fail saying what is short."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    plan = plan_resources(cfg).check()
+    strategy = cfg.cluster.placement_strategy
+    groups = {}
+    for role, bundles in plan.bundles.items():
+        if not bundles:
+            continue
+        role_strategy = "SPREAD" if role == "reward" else strategy
+        groups[role] = placement_group(
+            bundles, strategy=role_strategy, name=f"rlcs-{cfg.run.name}-{role}"
+        )
+    ready = {role: pg.ready() for role, pg in groups.items()}
+    for role, ref in ready.items():
+        try:
+            ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            for pg in groups.values():
+                ray.util.remove_placement_group(pg)
+            raise PlacementError(
+                f"could not reserve the {role} bundles {plan.bundles[role]} within {timeout_s:.0f}s; "
+                f"the cluster has {ray.available_resources()} available"
+            ) from None
+    return Placement(groups, plan, cfg.cluster.colocate)

@@ -1,0 +1,120 @@
+import pytest
+
+from cluster.placement import PlacementError, create_placement, plan_resources
+from rlcs.config import Config
+
+
+def cfg(**sections) -> Config:
+    return Config.model_validate({"model": {"tiny": "text"}, **sections})
+
+
+def test_cpu_single_node_plan():
+    plan = plan_resources(
+        cfg(learner={"num_ranks": 2}, rollout={"num_workers": 1}, reward={"num_actors": 3})
+    )
+    assert plan.problems == []
+    assert plan.bundles["learner"] == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert plan.bundles["rollout"] == [{"CPU": 1.0}]
+    assert len(plan.bundles["reward"]) == 3 and plan.gpus_needed == 0
+
+
+def test_gpu_split_arithmetic():
+    c = cfg(
+        learner={"num_ranks": 4},
+        rollout={"num_workers": 2, "tensor_parallel_size": 2},
+        cluster={"device": "cuda", "num_nodes": 1, "gpus_per_node": 8,
+                 "learner_gpus_per_rank": 1, "rollout_gpus_per_worker": 2},
+    )  # fmt: skip
+    plan = plan_resources(c)
+    assert plan.problems == [] and plan.gpus_needed == 8 and plan.gpus_available == 8
+    assert plan.bundles["rollout"] == [{"CPU": 1.0, "GPU": 2.0}] * 2
+
+
+def test_gpu_overcommit_is_reported():
+    c = cfg(
+        learner={"num_ranks": 8},
+        rollout={"num_workers": 2, "tensor_parallel_size": 1},
+        cluster={
+            "device": "cuda",
+            "gpus_per_node": 8,
+            "learner_gpus_per_rank": 1,
+            "rollout_gpus_per_worker": 1,
+        },
+    )
+    with pytest.raises(PlacementError, match=r"roles need 10 GPUs but 1 node\(s\) x 8 GPUs = 8"):
+        plan_resources(c).check()
+
+
+def test_colocated_roles_share_bundles():
+    c = cfg(
+        learner={"num_ranks": 8},
+        rollout={"num_workers": 8},
+        cluster={"device": "cuda", "gpus_per_node": 8, "colocate": True,
+                 "learner_gpus_per_rank": 1, "rollout_gpus_per_worker": 1},
+    )  # fmt: skip
+    plan = plan_resources(c).check()
+    assert plan.gpus_needed == 8 and plan.bundles["rollout"] == []
+    bad = c.model_copy(update={"rollout": c.rollout.model_copy(update={"num_workers": 4})})
+    assert any("one rollout engine per learner rank" in p for p in plan_resources(bad).problems)
+
+
+def test_cpu_device_with_gpus_is_an_error():
+    c = cfg(cluster={"learner_gpus_per_rank": 1})
+    assert plan_resources(c).problems == [
+        "cluster.device is cpu but GPUs are requested per learner rank or rollout worker"
+    ]
+
+
+@pytest.mark.slow
+def test_roles_land_on_the_nodes_their_resources_name():
+    """Two raylets on this machine, one labelled for training and one for rollouts."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"trainer": 4}}
+    )
+    cluster.add_node(num_cpus=2, resources={"roller": 4})
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        cluster.wait_for_nodes()
+        nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+        c = cfg(
+            learner={"num_ranks": 2},
+            rollout={"num_workers": 1},
+            reward={"num_actors": 2},
+            cluster={"learner_cpus_per_rank": 0.5, "rollout_cpus_per_worker": 0.5, "reward_cpus_per_actor": 0.25,
+                     "role_resources": {"learner": {"trainer": 1}, "rollout": {"roller": 1}}},
+        )  # fmt: skip
+        placement = create_placement(c, timeout_s=60)
+
+        @ray.remote
+        class Probe:
+            def node(self) -> str:
+                return ray.get_runtime_context().get_node_id()
+
+        where = {}
+        for role, count in (("learner", 2), ("rollout", 1), ("reward", 2)):
+            actors = [Probe.options(**placement.options(role, i)).remote() for i in range(count)]
+            where[role] = set(ray.get([a.node.remote() for a in actors], timeout=60))
+        assert len(where["learner"]) == 1 and len(where["rollout"]) == 1
+        (learner_node,), (rollout_node,) = where["learner"], where["rollout"]
+        assert learner_node != rollout_node
+        assert "trainer" in nodes[learner_node] and "roller" in nodes[rollout_node]
+        placement.remove()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_unplaceable_roles_fail_with_what_is_short():
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        c = cfg(learner={"num_ranks": 3}, cluster={"learner_cpus_per_rank": 1})
+        with pytest.raises(PlacementError, match=r"could not reserve the learner bundles"):
+            create_placement(c, timeout_s=3)
+    finally:
+        ray.shutdown()
