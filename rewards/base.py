@@ -1,0 +1,64 @@
+"""The verifier interface and the result types every domain shares.
+
+A verifier sees only the answer already taken out of the response (the format gate runs first,
+in the calling process) and the ground truth. It runs inside a killable worker process, so it
+may be slow or even hang: the pool, not the verifier, enforces the time limit.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, NamedTuple
+
+
+class Verdict(NamedTuple):
+    """What a verifier returns: a reward in [0, 1], and why it is not 1 when that is an error."""
+
+    reward: float
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass(slots=True)
+class ScoreResult:
+    """The result of scoring one response, as the Python API and the server return it."""
+
+    reward: float
+    format_ok: bool
+    extracted: str | None
+    error: str | None = None
+    detail: str | None = None
+    domain: str = ""
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Verifier(ABC):
+    """One domain's rule. Subclasses live one per file under ``rewards/verifiers/``.
+
+    ``cacheable`` verifiers are expensive enough that identical (normalised) answer and ground
+    truth pairs are worth remembering; ``cache_key`` says what "identical" means for them.
+    """
+
+    name: ClassVar[str] = ""
+    cacheable: ClassVar[bool] = False
+
+    def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
+        return (extracted, _freeze(answer))
+
+    @abstractmethod
+    def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        """Score ``extracted`` against ``answer``; raise nothing the caller must handle."""
+
+
+def _freeze(value: Any) -> Hashable:
+    """A hashable, order-stable stand-in for JSON-like ground truth (lists, dicts)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value

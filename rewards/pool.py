@@ -1,0 +1,344 @@
+"""Verifier worker processes with a hard wall-clock limit per item, enforced by killing.
+
+Why processes: a SymPy simplification or a C-level big-integer power cannot be interrupted from
+inside (and ``signal``-based timeouts only work in a main thread, so inside Ray workers and
+web servers they silently score 0). A process can always be killed.
+
+How it stays fast: items travel in chunks, one pipe round-trip per chunk. Each worker writes
+(chunk id, position, start time) of the item it is on into a small shared array, so the parent
+sees per-item progress without any messages. When an item overruns, the parent kills that
+worker, reports ``timeout`` for that item only, re-queues the rest of its chunk and starts a
+replacement (a fork of the fork server: milliseconds). If every worker is stuck on a slow item
+while others wait, spare workers are started so that slow items do not block the queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import wait as wait_any
+from typing import Any
+
+from rewards import registry
+from rewards.registry import BUILTIN
+
+Task = tuple[str, str, Any, dict]  # (verifier import path, extracted answer, ground truth, options)
+Outcome = tuple[float, str | None, str | None]  # (reward, error, detail)
+
+_PRELOAD = ["rewards.pool", *sorted({p.partition(":")[0] for p in BUILTIN.values()})]
+_TICK_S = 0.01
+_SPARE_IDLE_S = 5.0
+
+
+def _context() -> mp.context.BaseContext:
+    """A fork server with the verifiers preloaded: replacing a worker costs a fork, not an
+    interpreter start, and no worker is forked from a threaded parent (Ray, uvicorn)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _run_one(path: str, extracted: str, answer: Any, options: dict) -> Outcome:
+    try:
+        reward, error, detail = registry.load(path).verify(extracted, answer, options)
+        reward = float(reward)
+    except RecursionError:
+        return 0.0, "crash", "recursion too deep"
+    except MemoryError:
+        return 0.0, "crash", "out of memory"
+    except Exception as e:
+        return 0.0, "verifier", f"{type(e).__name__}: {e}"[:200]
+    if not 0.0 <= reward <= 1.0:  # also catches NaN
+        return 0.0, "verifier", f"reward {reward!r} outside [0, 1]"
+    return reward, error, detail
+
+
+def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if memory_limit_mb > 0:
+        limit = memory_limit_mb * 1024 * 1024
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        chunk_id, tasks = msg
+        progress[2] = 0.0
+        progress[0] = chunk_id
+        out = []
+        for pos, task in enumerate(tasks):
+            progress[2] = 0.0
+            progress[1] = pos
+            progress[2] = time.monotonic()
+            out.append(_run_one(*task))
+        progress[2] = 0.0
+        conn.send((chunk_id, out))
+
+
+class _Job:
+    __slots__ = ("results", "remaining", "done", "timeout_s")
+
+    def __init__(self, n: int, timeout_s: float) -> None:
+        self.results: list[Outcome | None] = [None] * n
+        self.remaining = n
+        self.done = threading.Event()
+        self.timeout_s = timeout_s
+        if n == 0:
+            self.done.set()
+
+
+class _Entry:
+    __slots__ = ("job", "index", "task", "attempts")
+
+    def __init__(self, job: _Job, index: int, task: Task) -> None:
+        self.job, self.index, self.task, self.attempts = job, index, task, 0
+
+
+class _Worker:
+    __slots__ = ("proc", "conn", "progress", "chunk", "chunk_id", "idle_since", "spare")
+
+    def __init__(self, ctx: Any, memory_limit_mb: int, spare: bool) -> None:
+        parent, child = ctx.Pipe()
+        self.progress = ctx.RawArray("d", 3)
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child, self.progress, memory_limit_mb), daemon=True
+        )
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.chunk: list[_Entry] | None = None
+        self.chunk_id = 0
+        self.idle_since = time.monotonic()
+        self.spare = spare
+
+    def current(self) -> tuple[int, float] | None:
+        """(position, start time) of the item the worker is on, or None between items."""
+        p = self.progress
+        start, pos, cid, again = p[2], p[1], p[0], p[2]
+        if start <= 0.0 or start != again or int(cid) != self.chunk_id:
+            return None
+        return int(pos), start
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.join(1.0)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class WorkerPool:
+    """A fixed set of verifier processes (plus spares under load), shared by many callers."""
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        max_spares: int | None = None,
+        memory_limit_mb: int = 4096,
+        chunk_max: int = 256,
+        spare_after_s: float = 0.1,
+    ) -> None:
+        self.size = max(1, workers or os.cpu_count() or 1)
+        self.max_spares = self.size if max_spares is None else max_spares
+        self.memory_limit_mb = memory_limit_mb
+        self.chunk_max = chunk_max
+        self.spare_after_s = spare_after_s
+        self.stats = {"killed": 0, "crashed": 0, "started": 0, "spares_started": 0}
+        self._ctx = _context()
+        self._pending: deque[_Entry] = deque()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._closed = False
+        self._next_chunk = 1
+        self._workers: list[_Worker] = [self._start(spare=False) for _ in range(self.size)]
+        self._thread = threading.Thread(target=self._loop, name="reward-pool", daemon=True)
+        self._thread.start()
+
+    # -- callers ---------------------------------------------------------------------------
+    def run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:
+        """Verify every task; each gets at most ``timeout_s`` of wall-clock time in a worker."""
+        if self._closed:
+            return [(0.0, "pool", "the worker pool is closed")] * len(tasks)
+        job = _Job(len(tasks), timeout_s)
+        with self._lock:
+            self._pending.extend(_Entry(job, i, t) for i, t in enumerate(tasks))
+        self._wake()
+        while not job.done.wait(1.0):
+            if not self._thread.is_alive():
+                return [r or (0.0, "pool", "the worker pool stopped") for r in job.results]
+        return job.results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+        self._thread.join(5.0)
+        for w in self._workers:
+            with contextlib.suppress(Exception):
+                w.conn.send(None)
+            w.kill()
+        self._workers = []
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers if w.proc.pid is not None]
+
+    # -- dispatcher thread -----------------------------------------------------------------
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _start(self, spare: bool) -> _Worker:
+        self.stats["started"] += 1
+        self.stats["spares_started"] += spare
+        return _Worker(self._ctx, self.memory_limit_mb, spare)
+
+    def _loop(self) -> None:
+        try:
+            while not self._closed:
+                self._assign()
+                busy = [w for w in self._workers if w.chunk is not None]
+                waitables: dict[Any, tuple[_Worker, bool]] = {}
+                for w in busy:
+                    waitables[w.conn] = (w, True)
+                    waitables[w.proc.sentinel] = (w, False)
+                ready = wait_any([self._wake_r, *waitables], timeout=_TICK_S if busy else None)
+                for obj in ready:
+                    if obj == self._wake_r:
+                        os.read(self._wake_r, 4096)
+                    elif obj in waitables:
+                        self._collect(*waitables[obj])
+                self._check_overruns()
+                self._adjust_spares()
+        except BaseException as e:  # fail every waiting caller loudly rather than hang them
+            self._fail_all(f"pool dispatcher failed: {type(e).__name__}: {e}")
+            raise
+        self._fail_all("the worker pool is closed")
+
+    def _assign(self) -> None:
+        idle = [w for w in self._workers if w.chunk is None]
+        if not idle:
+            return
+        with self._lock:
+            if not self._pending:
+                return
+            share = math.ceil(len(self._pending) / len(self._workers))
+            size = max(1, min(self.chunk_max, share))
+            plan = []
+            for w in idle:
+                if not self._pending:
+                    break
+                plan.append(
+                    (w, [self._pending.popleft() for _ in range(min(size, len(self._pending)))])
+                )
+        for w, chunk in plan:
+            w.chunk, w.chunk_id = chunk, self._next_chunk
+            self._next_chunk += 1
+            try:
+                w.conn.send((w.chunk_id, [e.task for e in chunk]))
+            except (OSError, ValueError):
+                self._lost(w, culprit=None, error="crash", detail="worker pipe broken")
+
+    def _collect(self, w: _Worker, is_conn: bool) -> None:
+        if w.chunk is None:
+            return
+        if is_conn or w.conn.poll():
+            try:
+                chunk_id, outcomes = w.conn.recv()
+            except (EOFError, OSError):
+                pass
+            else:
+                if chunk_id == w.chunk_id:
+                    chunk, w.chunk = w.chunk, None
+                    w.idle_since = time.monotonic()
+                    for entry, outcome in zip(chunk, outcomes, strict=True):
+                        self._deliver(entry, outcome)
+                return
+        if not w.proc.is_alive():
+            cur = w.current()
+            code = w.proc.exitcode
+            self.stats["crashed"] += 1
+            self._lost(w, cur[0] if cur else None, "crash", f"worker died (exit code {code})")
+
+    def _check_overruns(self) -> None:
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.chunk is None:
+                continue
+            cur = w.current()
+            if cur is None:
+                continue
+            pos, start = cur
+            limit = w.chunk[pos].job.timeout_s
+            if now - start > limit and not w.conn.poll():
+                self.stats["killed"] += 1
+                self._lost(w, pos, "timeout", f"no result within {limit:g} s; worker killed")
+
+    def _lost(self, w: _Worker, culprit: int | None, error: str, detail: str) -> None:
+        """Kill and replace ``w``; fail its culprit item, re-queue the innocent rest."""
+        chunk, w.chunk = w.chunk or [], None
+        w.kill()
+        requeue = []
+        for pos, entry in enumerate(chunk):
+            if pos == culprit or culprit is None and entry.attempts >= 1:
+                self._deliver(entry, (0.0, error, detail))
+            else:
+                entry.attempts += culprit is None
+                requeue.append(entry)
+        with self._lock:
+            self._pending.extendleft(reversed(requeue))
+        i = self._workers.index(w)
+        if self._closed:
+            del self._workers[i]
+        else:
+            self._workers[i] = self._start(spare=w.spare)
+
+    def _adjust_spares(self) -> None:
+        now = time.monotonic()
+        spares = [w for w in self._workers if w.spare]
+        for w in spares:
+            if w.chunk is None and now - w.idle_since > _SPARE_IDLE_S:
+                with contextlib.suppress(Exception):
+                    w.conn.send(None)
+                w.kill()
+                self._workers.remove(w)
+        if len(spares) >= self.max_spares or not self._pending:
+            return
+        for w in self._workers:
+            cur = w.current() if w.chunk is not None else None
+            if cur is None or now - cur[1] < self.spare_after_s:
+                return
+        self._workers.append(self._start(spare=True))
+
+    def _deliver(self, entry: _Entry, outcome: Outcome) -> None:
+        job = entry.job
+        if job.results[entry.index] is None:
+            job.results[entry.index] = outcome
+            job.remaining -= 1
+            if job.remaining == 0:
+                job.done.set()
+
+    def _fail_all(self, reason: str) -> None:
+        with self._lock:
+            entries, self._pending = list(self._pending), deque()
+        for w in self._workers:
+            entries.extend(w.chunk or [])
+        for entry in entries:
+            self._deliver(entry, (0.0, "pool", reason))

@@ -1,0 +1,103 @@
+"""Boxes in 0-999 normalised image coordinates: reading them from text, and IoU via shapely.
+
+The format, shared by grounding and GUI: ``[x1, y1, x2, y2]`` with ``x1 < x2`` and
+``y1 < y2``, integers or decimals in 0..999. Several boxes: ``[[...], [...]]`` or boxes
+separated by commas or spaces. Anything else is a parse error, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+import shapely
+
+COORD_MAX = 999.0
+MAX_BOXES = 100
+_NUM = r"\s*([+-]?\d+(?:\.\d+)?)\s*"
+_BOX = re.compile(r"[\[(]" + ",".join([_NUM] * 4) + r"[\])]")
+_POINT = re.compile(r"[\[(]" + ",".join([_NUM] * 2) + r"[\])]")
+_LEFTOVER = re.compile(r"[^\s,\[\]()]")
+
+
+class BoxError(ValueError):
+    """Malformed box text or values; the message says which."""
+
+
+def check_box(box: Any) -> tuple[float, float, float, float]:
+    if not isinstance(box, (list, tuple)) or len(box) != 4:
+        raise BoxError(f"a box is [x1, y1, x2, y2], got {box!r:.60}")
+    try:
+        x1, y1, x2, y2 = (float(v) for v in box)
+    except (TypeError, ValueError):
+        raise BoxError(f"box coordinates must be numbers, got {box!r:.60}") from None
+    if not all(0.0 <= v <= COORD_MAX for v in (x1, y1, x2, y2)):
+        raise BoxError(f"box coordinates must lie in 0..999, got {box!r:.60}")
+    if not (x1 < x2 and y1 < y2):
+        raise BoxError(f"box needs x1 < x2 and y1 < y2, got {box!r:.60}")
+    return x1, y1, x2, y2
+
+
+def check_point(point: Any) -> tuple[float, float]:
+    if not isinstance(point, (list, tuple)) or len(point) != 2:
+        raise BoxError(f"a point is [x, y], got {point!r:.60}")
+    try:
+        x, y = (float(v) for v in point)
+    except (TypeError, ValueError):
+        raise BoxError(f"point coordinates must be numbers, got {point!r:.60}") from None
+    if not (0.0 <= x <= COORD_MAX and 0.0 <= y <= COORD_MAX):
+        raise BoxError(f"point coordinates must lie in 0..999, got {point!r:.60}")
+    return x, y
+
+
+def parse_boxes(value: Any) -> list[tuple[float, float, float, float]]:
+    """Boxes from model text or from a ground-truth value (a box, a list of boxes, or JSON)."""
+    if isinstance(value, str):
+        if len(value) > 20_000:
+            raise BoxError("box text longer than 20000 characters")
+        found = _BOX.findall(value)
+        if not found:
+            raise BoxError(f"no [x1, y1, x2, y2] box in {value!r:.60}")
+        if _LEFTOVER.search(_BOX.sub(" ", value)):
+            raise BoxError(f"text besides boxes in {value!r:.60}")
+        boxes = [check_box(b) for b in found]
+    elif isinstance(value, (list, tuple)) and value and not isinstance(value[0], (list, tuple)):
+        boxes = [check_box(value)]
+    elif isinstance(value, (list, tuple)):
+        boxes = [check_box(b) for b in value]
+    elif isinstance(value, dict) and "boxes" in value:
+        return parse_boxes(value["boxes"])
+    else:
+        raise BoxError(f"expected boxes, got {type(value).__name__}")
+    if len(boxes) > MAX_BOXES:
+        raise BoxError(f"more than {MAX_BOXES} boxes")
+    return boxes
+
+
+def parse_point(text: str) -> tuple[float, float]:
+    m = _POINT.fullmatch(text.strip())
+    if not m:
+        raise BoxError(f"expected a point [x, y], got {text!r:.60}")
+    return check_point([m.group(1), m.group(2)])
+
+
+def iou_matrix(pred: list, gt: list) -> np.ndarray:
+    """IoU of every predicted box against every ground-truth box, shape (len(pred), len(gt))."""
+    p = shapely.box(*np.asarray(pred, dtype=float).T)
+    g = shapely.box(*np.asarray(gt, dtype=float).T)
+    pa, ga = p[:, None], g[None, :]
+    inter = shapely.area(shapely.intersection(pa, ga))
+    union = shapely.area(p)[:, None] + shapely.area(g)[None, :] - inter
+    return inter / union
+
+
+def from_json(value: Any) -> Any:
+    """Ground truth given as a JSON string is decoded; anything else passes through."""
+    if isinstance(value, str) and value.lstrip()[:1] in "[{":
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value

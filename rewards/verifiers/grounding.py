@@ -1,0 +1,55 @@
+"""Grounding: the share of ground-truth boxes matched one-to-one by a predicted box with
+IoU > tau (default 0.5). See ``boxes.py`` for the box format.
+
+Predicting many boxes to cover everything is the obvious hack: by default the denominator is
+``max(#ground truth, #predicted)``, so extra boxes cost reward. ``penalize_extra_boxes=False``
+gives the paper's plain ``matched / #ground truth``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rewards.base import Verdict, Verifier
+from rewards.verifiers.boxes import BoxError, from_json, iou_matrix, parse_boxes
+
+DEFAULT_IOU = 0.5
+
+
+def max_matching(adjacent: list[list[int]], n_right: int) -> int:
+    """Size of a maximum bipartite matching (Kuhn's augmenting paths; box counts are small)."""
+    owner = [-1] * n_right
+
+    def augment(left: int, seen: list[bool]) -> bool:
+        for right in adjacent[left]:
+            if not seen[right]:
+                seen[right] = True
+                if owner[right] < 0 or augment(owner[right], seen):
+                    owner[right] = left
+                    return True
+        return False
+
+    return sum(augment(i, [False] * n_right) for i in range(len(adjacent)))
+
+
+class GroundingVerifier(Verifier):
+    name = "grounding"
+
+    def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        try:
+            gt = parse_boxes(from_json(answer))
+        except BoxError as e:
+            return Verdict(0.0, "answer", f"ground truth: {e}")
+        try:
+            pred = parse_boxes(extracted)
+        except BoxError as e:
+            return Verdict(0.0, "parse", str(e))
+        tau = float(options.get("iou_threshold", DEFAULT_IOU))
+        ious = iou_matrix(pred, gt)
+        adjacent = [[j for j in range(len(gt)) if ious[i, j] > tau] for i in range(len(pred))]
+        matched = max_matching(adjacent, len(gt))
+        denominator = len(gt)
+        if options.get("penalize_extra_boxes", True):
+            denominator = max(len(gt), len(pred))
+        return Verdict(matched / denominator, None, f"{matched}/{len(gt)} matched")

@@ -1,0 +1,147 @@
+"""GUI agent actions: one JSON object per step, documented in docs/rewards.md.
+
+The model writes e.g. ``{"action": "click", "point": [512, 300]}``; the ground truth names the
+target element's box: ``{"action": "click", "box": [480, 280, 560, 330]}``.
+
+- The action type must match exactly.
+- Position: a predicted point must fall inside the target box (or within ``point_radius`` of a
+  target point); a predicted box must reach IoU > tau with the target box.
+- Text, key, direction and app arguments must match exactly after normalisation.
+- Binary by default; ``partial_credit=True`` gives ``(1 + arguments right) / (1 + arguments)``
+  once the action type is right.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rewards.base import Verdict, Verifier
+from rewards.verifiers.boxes import BoxError, check_box, check_point, iou_matrix
+
+ACTIONS = {
+    "click": ("target",),
+    "double_click": ("target",),
+    "right_click": ("target",),
+    "long_press": ("target",),
+    "hover": ("target",),
+    "type": ("text",),
+    "key": ("key",),
+    "scroll": ("direction",),
+    "drag": ("start", "end"),
+    "open_app": ("app",),
+    "wait": (),
+    "back": (),
+    "home": (),
+    "done": (),
+}
+KEY_ALIASES = {
+    "return": "enter",
+    "esc": "escape",
+    "del": "delete",
+    "arrowup": "up",
+    "arrowdown": "down",
+}
+DEFAULT_IOU = 0.5
+DEFAULT_POINT_RADIUS = 14.0
+MAX_CHARS = 20_000
+
+
+class ActionError(ValueError):
+    """Not a valid action object; the message says why."""
+
+
+def parse_action(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        if len(value) > MAX_CHARS:
+            raise ActionError(f"action longer than {MAX_CHARS} characters")
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise ActionError(f"not JSON: {value!r:.60}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
+        raise ActionError('an action is a JSON object with a string "action" field')
+    action = value["action"].strip().lower()
+    if action not in ACTIONS:
+        raise ActionError(f"unknown action {action!r}; known: {', '.join(sorted(ACTIONS))}")
+    return {**value, "action": action}
+
+
+def _target(action: Mapping[str, Any], name: str) -> tuple[str, tuple] | None:
+    """A positional argument as ('point', xy) or ('box', xyxy); accepts ``start_box`` etc."""
+    keys = ("point", "box") if name == "target" else (name, f"{name}_box", f"{name}_point")
+    for key in keys:
+        if key in action:
+            v = action[key]
+            if isinstance(v, (list, tuple)) and len(v) == 2:
+                return "point", check_point(v)
+            return "box", check_box(v)
+    return None
+
+
+def _position_ok(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mapping) -> bool:
+    tau = float(options.get("iou_threshold", DEFAULT_IOU))
+    radius = float(options.get("point_radius", DEFAULT_POINT_RADIUS))
+    (pk, pv), (gk, gv) = pred, gt
+    if gk == "box" and pk == "point":
+        return gv[0] <= pv[0] <= gv[2] and gv[1] <= pv[1] <= gv[3]
+    if gk == "box" and pk == "box":
+        return bool(iou_matrix([pv], [gv])[0, 0] > tau)
+    px, py = pv if pk == "point" else ((pv[0] + pv[2]) / 2, (pv[1] + pv[3]) / 2)
+    return math.dist((px, py), gv) <= radius
+
+
+def _norm_text(v: Any) -> str:
+    return " ".join(str(v).split())
+
+
+def _norm_key(v: Any) -> str:
+    k = "".join(str(v).lower().split())
+    return "+".join(KEY_ALIASES.get(p, p) for p in k.split("+"))
+
+
+_NORMALIZERS = {"text": _norm_text, "key": _norm_key, "direction": lambda v: str(v).strip().lower(),
+                "app": lambda v: _norm_text(v).casefold()}  # fmt: skip
+
+
+class GUIVerifier(Verifier):
+    name = "gui"
+
+    def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        try:
+            gt = parse_action(answer)
+        except (ActionError, BoxError) as e:
+            return Verdict(0.0, "answer", f"ground truth: {e}")
+        try:
+            pred = parse_action(extracted)
+        except ActionError as e:
+            return Verdict(0.0, "parse", str(e))
+        if pred["action"] != gt["action"]:
+            return Verdict(0.0, None, f"action {pred['action']} != {gt['action']}")
+        checks, wrong = 0, []
+        for arg in ACTIONS[gt["action"]]:
+            try:
+                if arg in ("target", "start", "end"):
+                    want = _target(gt, arg)
+                    if want is None:
+                        continue
+                    got = _target(pred, arg)
+                    ok = got is not None and _position_ok(got, want, options)
+                elif arg in gt:
+                    norm = _NORMALIZERS[arg]
+                    ok = arg in pred and norm(pred[arg]) == norm(gt[arg])
+                else:
+                    continue
+            except BoxError as e:
+                return Verdict(0.0, "parse", str(e))
+            checks += 1
+            if not ok:
+                wrong.append(arg)
+        if not wrong:
+            return Verdict(1.0)
+        detail = "wrong: " + ", ".join(wrong)
+        if options.get("partial_credit", False):
+            return Verdict((1 + checks - len(wrong)) / (1 + checks), None, detail)
+        return Verdict(0.0, None, detail)

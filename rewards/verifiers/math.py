@@ -1,0 +1,148 @@
+"""Math / STEM: the boxed answer against the ground truth, by value rather than by spelling.
+
+Order of checks, cheapest first: identical normalised text; multiple-choice letters; the exact
+fast path for plain numbers (most answers, no SymPy at all); then SymPy objects from the parse
+tree: numeric match with a relative tolerance, sets and intervals (open vs closed ends matter),
+tuples, equations, and symbolic ``simplify(a - b) == 0``. Near misses stay misses: the
+tolerance is relative, so 1/2004! and 1/2006! differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from fractions import Fraction
+from typing import Any
+
+import sympy
+
+from rewards.base import Verdict, Verifier
+from rewards.verifiers import math_parse as mp
+
+DEFAULT_REL_TOL = 1e-6
+
+
+def numbers_close(a: Fraction | complex, b: Fraction | complex, rel_tol: float) -> bool:
+    if a == b:
+        return True
+    return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+
+
+def _fast_equal(pred: str, gt: str, rel_tol: float) -> bool | None:
+    """Decide with exact fractions when both sides are plain numbers; None if either is not."""
+    p, g = mp.fast_number(pred), mp.fast_number(gt)
+    if p is None or g is None:
+        return None
+    (pv, ppct), (gv, gpct) = p, g
+    if numbers_close(pv, gv, rel_tol):
+        return True
+    if ppct != gpct:
+        return numbers_close(pv / 100 if ppct else pv, gv / 100 if gpct else gv, rel_tol)
+    return False
+
+
+def _numeric(expr: sympy.Basic) -> sympy.Expr | None:
+    """30-digit value, kept as a SymPy float: Python floats would flush 1/2004! to zero."""
+    value = sympy.N(expr, 30)
+    if not value.is_number or value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return None
+    return value
+
+
+def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
+    if a == b:
+        return True
+    if a.has(sympy.oo, -sympy.oo, sympy.zoo) or b.has(sympy.oo, -sympy.oo, sympy.zoo):
+        return False
+    if mp.is_huge(a) or mp.is_huge(b):
+        return False
+    if a.is_number and b.is_number:
+        na, nb = _numeric(a), _numeric(b)
+        if na is None or nb is None:
+            return False
+        return bool(sympy.Abs(na - nb) <= rel_tol * sympy.Max(sympy.Abs(na), sympy.Abs(nb)))
+    if a.is_number != b.is_number and not (a.free_symbols and b.free_symbols):
+        return False
+    return sympy.simplify(a - b) == 0
+
+
+def _equation_equal(a: sympy.Eq, b: sympy.Eq) -> bool:
+    da, db = a.lhs - a.rhs, b.lhs - b.rhs
+    if sympy.simplify(da - db) == 0 or sympy.simplify(da + db) == 0:
+        return True
+    if db == 0:
+        return False
+    ratio = sympy.simplify(da / db)
+    return bool(ratio.is_number and ratio != 0)
+
+
+def _match_unordered(xs: list, ys: list, rel_tol: float) -> bool:
+    if len(xs) != len(ys):
+        return False
+    left = list(ys)
+    for x in xs:
+        for i, y in enumerate(left):
+            if equal(x, y, rel_tol):
+                del left[i]
+                break
+        else:
+            return False
+    return True
+
+
+def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
+    """Mathematical equivalence of two parsed answers."""
+    if a == b:
+        return True
+    if isinstance(a, sympy.Eq) and not isinstance(b, sympy.Eq) and a.lhs.is_Symbol:
+        a = a.rhs
+    if isinstance(b, sympy.Eq) and not isinstance(a, sympy.Eq) and b.lhs.is_Symbol:
+        b = b.rhs
+    if isinstance(a, sympy.Eq) and isinstance(b, sympy.Eq):
+        return _equation_equal(a, b)
+    if isinstance(a, sympy.Interval) and isinstance(b, sympy.Interval):
+        return (
+            a.left_open == b.left_open
+            and a.right_open == b.right_open
+            and equal(a.start, b.start, rel_tol)
+            and equal(a.end, b.end, rel_tol)
+        )
+    if isinstance(a, (sympy.FiniteSet, sympy.Union)) and type(a) is type(b):
+        return _match_unordered(list(a.args), list(b.args), rel_tol)
+    if isinstance(a, sympy.Tuple) and isinstance(b, sympy.Tuple):
+        return len(a) == len(b) and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
+        return _expr_equal(a, b, rel_tol)
+    return False
+
+
+class MathVerifier(Verifier):
+    name = "math"
+    cacheable = True
+
+    def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
+        return (mp.normalize(extracted), mp.normalize(str(answer)))
+
+    def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
+        return self.compare(mp.normalize(extracted), mp.normalize(str(answer)), rel_tol)
+
+    def compare(self, pred: str, gt: str, rel_tol: float) -> Verdict:
+        if pred == gt:
+            return Verdict(1.0)
+        if not pred:
+            return Verdict(0.0, "parse", "empty answer")
+        letter = mp.choice_letter(gt)
+        if letter is not None:
+            return Verdict(float(mp.pred_choice_letter(pred) == letter))
+        fast = _fast_equal(pred, gt, rel_tol)
+        if fast is not None:
+            return Verdict(float(fast))
+        try:
+            g = mp.to_sympy(gt)
+        except mp.MathParseError as e:
+            return Verdict(0.0, None, f"ground truth unparsable ({e}); exact match only")
+        try:
+            p = mp.to_sympy(pred)
+        except mp.MathParseError as e:
+            return Verdict(0.0, "parse", str(e))
+        return Verdict(float(equal(p, g, rel_tol)))

@@ -1,0 +1,216 @@
+"""Math answers as values: text normalisation, an exact fast path for plain numbers, and a
+guarded LaTeX -> SymPy parse that builds objects from a parse tree (latex2sympy2_extended).
+
+No string is ever handed to Python's expression evaluator: SymPy objects come only from the
+ANTLR parse tree. Guards reject inputs whose parse or evaluation would blow up (deep nesting,
+towers of powers, huge factorials) before SymPy sees them; the worker-process timeout is the
+last line of defence, not the first.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import sympy
+from latex2sympy2_extended import latex2sympy
+
+MAX_CHARS = 2000
+MAX_DEPTH = 40
+MAX_DIGITS = 4000
+HUGE_EXPONENT = 10_000
+
+
+class MathParseError(ValueError):
+    """The text is not a math expression we can read, or it is too big to evaluate safely."""
+
+
+_DROP = (
+    "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ",
+    "\\(", "\\)", "\\[", "\\]", "\\$", "$", "^{\\circ}", "^\\circ", "°", "\\circ",
+    "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
+)  # fmt: skip
+_RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "))
+_UNIT_TAIL = re.compile(
+    r"\s*\\(?:text|mbox|mathrm|textrm)\{\s*[A-Za-z][A-Za-z .]*\}(?:\^\{?\d\}?)?$"
+)
+_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|mbox|boxed|mathbf)\{(.*)\}$", re.S)
+_IN_SET = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*")
+_CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
+_CHOICE_PRED = re.compile(r"^(?:\\text\{)?\(?([A-J])\)?(?:[.:)\s}]|$)")
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+_FRAC = re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
+_SLASH = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
+_SCI = re.compile(
+    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x)\s*10\^\{?([+-]?\d+)\}?$"
+)
+_SQRT_CALL = re.compile(r"\bsqrt\s*\(")
+_SHORT_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
+_SHORT_SQRT = re.compile(r"\\sqrt\s*(\d|[A-Za-z](?![A-Za-z]))")
+_PLAIN_WORDS = (
+    (re.compile(r"(?<!\\)\bpi\b"), "\\pi"),
+    (re.compile(r"\b(?:inf|infinity)\b"), "\\infty"),
+)
+
+
+def normalize(text: str) -> str:
+    """Cheap textual normalisation: also the cache key, so it must not change the meaning."""
+    s = text.strip()
+    for old, new in _RENAME:
+        s = s.replace(old, new)
+    for tok in _DROP:
+        if tok in s:
+            s = s.replace(tok, "")
+    s = _SHORT_FRAC.sub(_braced_frac, s)
+    s = _SHORT_SQRT.sub(lambda m: "\\sqrt{" + m.group(1) + "}", s)
+    s = s.replace("\\%", "%").replace("−", "-").replace("\\infin", "\\infty")
+    s = s.strip().rstrip(".").strip()
+    for _ in range(3):
+        m = _WRAPPED.match(s)
+        if not m or not _balanced(m.group(1)):
+            break
+        s = m.group(1).strip()
+    tail = _UNIT_TAIL.search(s)
+    if tail and tail.start() > 0:
+        s = s[: tail.start()].strip()
+    s = _IN_SET.sub("", s)
+    return " ".join(s.split())
+
+
+def _braced_frac(m: re.Match) -> str:
+    a, b = (g if g.startswith("{") else "{" + g + "}" for g in m.groups())
+    return "\\frac" + a + b
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for c in s:
+        depth += (c == "{") - (c == "}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def choice_letter(gt: str) -> str | None:
+    """The letter when the ground truth is a multiple-choice answer such as ``B`` or ``(B)``."""
+    m = _CHOICE.match(gt.strip())
+    return m.group(1) if m else None
+
+
+def pred_choice_letter(pred: str) -> str | None:
+    m = _CHOICE_PRED.match(pred.strip())
+    if m:
+        return m.group(1)
+    m = re.match(r"^(?:option|answer|choice)\s*:?\s*\(?([A-J])\)?\.?$", pred.strip(), re.I)
+    return m.group(1).upper() if m else None
+
+
+def fast_number(s: str) -> tuple[Fraction, bool] | None:
+    """Exact value of a plain number (int, decimal, e-notation, a/b, \\frac{a}{b}, a x 10^b),
+    and whether it carried a percent sign. None when the text is anything else."""
+    if len(s) > 200:
+        return None
+    pct = s.endswith("%")
+    if pct:
+        s = s[:-1].strip()
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    s = s.replace(" ", "")
+    try:
+        if _PLAIN_NUMBER.match(s):
+            return Fraction(s), pct
+        m = _FRAC.match(s)
+        if m:
+            value = Fraction(int(m.group(2)), int(m.group(3)))
+            return (-value if m.group(1) == "-" else value), pct
+        m = _SLASH.match(s)
+        if m:
+            return Fraction(int(m.group(1)), int(m.group(2))), pct
+        m = _SCI.match(s)
+        if m:
+            exp = int(m.group(2))
+            if abs(exp) > 400:
+                return None
+            return Fraction(m.group(1)) * Fraction(10) ** exp, pct
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def check_size(s: str) -> None:
+    """Refuse text that would make the parser or SymPy itself take unbounded time or stack."""
+    if len(s) > MAX_CHARS:
+        raise MathParseError(f"answer longer than {MAX_CHARS} characters")
+    depth = worst = 0
+    run = longest = 0
+    for c in s:
+        if c in "({[":
+            depth += 1
+            worst = max(worst, depth)
+        elif c in ")}]":
+            depth -= 1
+        if c.isdigit():
+            run += 1
+            longest = max(longest, run)
+        else:
+            run = 0
+    if worst > MAX_DEPTH:
+        raise MathParseError(f"nesting deeper than {MAX_DEPTH}")
+    if longest > MAX_DIGITS:
+        raise MathParseError(f"a number with more than {MAX_DIGITS} digits")
+
+
+def plain_to_latex(s: str) -> str:
+    """Let plain-text answers (``sqrt(2)/2``, ``x**2``, ``pi``) through the LaTeX grammar."""
+    s = s.replace("**", "^")
+    for pattern, repl in _PLAIN_WORDS:
+        s = pattern.sub(lambda _m, r=repl: r, s)
+    while True:
+        m = _SQRT_CALL.search(s)
+        if not m or (m.start() > 0 and s[m.start() - 1] == "\\"):
+            break
+        open_at = m.end() - 1
+        depth = 0
+        for i in range(open_at, len(s)):
+            depth += (s[i] == "(") - (s[i] == ")")
+            if depth == 0:
+                s = s[: m.start()] + "\\sqrt{" + s[open_at + 1 : i] + "}" + s[i + 1 :]
+                break
+        else:
+            break
+    return s
+
+
+def to_sympy(s: str) -> sympy.Basic:
+    """Parse normalised answer text into a SymPy object, after the size guards."""
+    check_size(s)
+    try:
+        expr = latex2sympy(plain_to_latex(s))
+    except RecursionError:
+        raise MathParseError("expression too deeply nested") from None
+    except Exception as e:
+        raise MathParseError(f"cannot parse: {type(e).__name__}") from None
+    if isinstance(expr, list):
+        expr = sympy.FiniteSet(*expr) if len(expr) > 1 else expr[0]
+    if not isinstance(expr, sympy.Basic):
+        raise MathParseError(f"parsed to {type(expr).__name__}, not a SymPy object")
+    return expr
+
+
+def is_huge(expr: sympy.Basic) -> bool:
+    """True when evaluating ``expr`` numerically could need astronomically many digits."""
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow):
+            base, exp = node.args
+            if exp.has(sympy.Pow) and base.is_number and exp.is_number:
+                return True
+            if exp.is_Integer and abs(int(exp)) > HUGE_EXPONENT and base.is_number:
+                return abs(base) not in (0, 1)
+        elif isinstance(node, (sympy.factorial, sympy.gamma)):
+            arg = node.args[0]
+            if arg.has(sympy.factorial, sympy.Pow) and arg.is_number:
+                return True
+            if arg.is_Integer and int(arg) > HUGE_EXPONENT:
+                return True
+    return False

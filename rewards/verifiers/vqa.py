@@ -1,0 +1,64 @@
+"""VQA and counting: normalised exact match; a counting answer compares as an integer.
+
+The ground truth may be a list of accepted answers. Normalisation drops case, articles,
+surrounding punctuation and extra spaces, and reads number words ("three") as digits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from rewards.base import Verdict, Verifier
+
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+    )
+}
+_ARTICLES = {"a", "an", "the"}
+_PUNCT = re.compile(r"[^\w\s.%-]|(?<!\d)\.|\.(?!\d)")
+_INTEGER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
+MAX_CHARS = 10_000
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case words, no articles or punctuation, number words as digits."""
+    words = _PUNCT.sub(" ", text.lower().replace("\\text{", " ")).split()
+    return " ".join(_NUMBER_WORDS.get(w, w) for w in words if w not in _ARTICLES)
+
+
+def as_integer(text: str) -> int | None:
+    """The integer a counting answer states, or None if it is not one integer."""
+    t = normalize_text(text).replace(",", "")
+    if _INTEGER.match(t):
+        return int(float(t)) if "." in t else int(t)
+    return None
+
+
+def _accepted(answer: Any) -> list[str]:
+    if isinstance(answer, (list, tuple)):
+        return [str(a) for a in answer]
+    return [str(answer)]
+
+
+class VQAVerifier(Verifier):
+    name = "vqa"
+
+    def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
+        return (normalize_text(extracted), tuple(normalize_text(a) for a in _accepted(answer)))
+
+    def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        if len(extracted) > MAX_CHARS:
+            return Verdict(0.0, "parse", f"answer longer than {MAX_CHARS} characters")
+        pred = normalize_text(extracted)
+        for gt in _accepted(answer):
+            g_int = as_integer(gt)
+            if g_int is not None:
+                if as_integer(extracted) == g_int:
+                    return Verdict(1.0)
+            elif pred == normalize_text(gt):
+                return Verdict(1.0)
+        return Verdict(0.0)
