@@ -50,6 +50,13 @@ def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--workers", type=int, default=None, help="verifier processes (default: cores)")
     p.add_argument("--timeout", type=float, default=5.0, help="per-item timeout in seconds")
+    p.add_argument(
+        "--max-body-bytes", type=int, default=16 * 1024 * 1024, help="larger requests get 413"
+    )
+    p.add_argument("--max-batch", type=int, default=4096, help="larger batches get 422")
+    p.add_argument(
+        "--default-domain", default="math", help="/get_reward domain for labels naming none"
+    )
 
 
 def _add_dashboard(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,348 @@
+"""The standalone reward server: FastAPI over a ``RewardScorer``; no Ray, torch or vLLM.
+
+Endpoints (see docs/rewards.md): ``POST /v1/score``, ``POST /v1/score/batch``,
+``GET /v1/domains``, ``GET /healthz``, ``GET /metrics`` (Prometheus), OpenAPI at ``/docs``, and
+``POST /get_reward``, the OpenRLHF remote reward protocol (``--remote_rm_url``).
+
+Handlers are plain functions, so FastAPI runs them on its thread pool: a request waiting on a
+slow item holds one thread, never the event loop, and the worker pool serves the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hmac
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Query
+from fastapi.responses import JSONResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from rewards import registry
+from rewards.base import ScoreResult
+from rewards.scoring import RewardScorer
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BATCH = 4096
+OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
+ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metrics", *OPEN_PATHS)
+#: end-of-sequence markers OpenRLHF leaves on decoded queries; stripped before the format gate
+EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
+
+
+class ScoreRequest(BaseModel):
+    domain: str = Field(examples=["math"])
+    response: str = Field(
+        examples=["<think>…</think><answer><|begin_of_box|>1/2<|end_of_box|></answer>"]
+    )
+    answer: Any = Field(examples=["0.5"], description="str, a list of boxes, or an action object")
+    options: dict[str, Any] = Field(default_factory=dict, examples=[{"format": "glm"}])
+
+
+class ScoreResponse(BaseModel):
+    reward: float
+    format_ok: bool
+    extracted: str | None
+    error: str | None
+    detail: str | None
+    domain: str
+    cached: bool
+
+
+class BatchRequest(BaseModel):
+    items: list[ScoreRequest]
+
+
+class BatchResponse(BaseModel):
+    results: list[ScoreResponse]
+
+
+class OpenRLHFRequest(BaseModel):
+    """What OpenRLHF's remote reward model client posts."""
+
+    query: list[str]
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class OpenRLHFResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "rlcs_reward_requests", "HTTP requests", ["path", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "rlcs_reward_request_seconds", "Request latency", ["path"], registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )  # fmt: skip
+        self.items = Counter("rlcs_reward_items", "Items scored", ["domain"], registry=r)
+        self.rewards = Histogram(
+            "rlcs_reward_value", "Rewards given", ["domain"], registry=r,
+            buckets=(0.0, 0.25, 0.5, 0.75, 0.999, 1.0),
+        )  # fmt: skip
+        self.errors = Counter(
+            "rlcs_reward_errors", "Items with an error", ["domain", "error"], registry=r
+        )
+        self.timeouts = Counter(
+            "rlcs_reward_timeouts", "Items over the time limit", ["domain"], registry=r
+        )
+        self.cache_hits = Counter(
+            "rlcs_reward_cache_hits", "Items answered from the cache", ["domain"], registry=r
+        )
+        self.workers_killed = Gauge(
+            "rlcs_reward_workers_killed", "Workers killed on overrun", registry=r
+        )
+
+    def observe(self, results: list[ScoreResult]) -> None:
+        for res in results:
+            self.items.labels(res.domain).inc()
+            self.rewards.labels(res.domain).observe(res.reward)
+            if res.cached:
+                self.cache_hits.labels(res.domain).inc()
+            if res.error is not None:
+                self.errors.labels(res.domain, res.error).inc()
+                if res.error == "timeout":
+                    self.timeouts.labels(res.domain).inc()
+
+
+class _Gate:
+    """ASGI middleware: bearer auth, the request size limit, and per-path request metrics."""
+
+    def __init__(self, app: Any, metrics: _Metrics, token: str | None, max_body: int) -> None:
+        self.app, self.metrics, self.token, self.max_body = app, metrics, token, max_body
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"] if scope["path"] in ROUTES else "other"
+        start, status = time.perf_counter(), [500]
+
+        async def send_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refuse(scope)
+            if refusal is None:
+                body, refusal = await self._read_body(scope, receive)
+            if refusal is not None:
+                await refusal(scope, receive, send_status)
+                return
+            sent = False
+
+            async def replay() -> dict:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send_status)
+        finally:
+            self.metrics.requests.labels(path, str(status[0])).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+
+    def _refuse(self, scope: dict) -> Response | None:
+        if self.token and scope["path"] not in OPEN_PATHS:
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                return JSONResponse(
+                    {"detail": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        for name, value in scope.get("headers") or []:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
+                return self._too_large()
+        return None
+
+    async def _read_body(self, scope: dict, receive: Callable) -> tuple[bytes, Response | None]:
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return b"", self._too_large()
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks), None
+
+    def _too_large(self) -> Response:
+        return JSONResponse(
+            {"detail": f"request body larger than the limit of {self.max_body} bytes"},
+            status_code=413,
+        )
+
+
+def _openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str, Any]:
+    response = query
+    if prompt and query.startswith(prompt):
+        response = query[len(prompt) :]
+    elif "<think>" in query:
+        response = query[query.rfind("<think>") :]
+    response = response.rstrip()
+    stripped = True
+    while stripped:
+        stripped = False
+        for marker in EOS_MARKERS:
+            if response.endswith(marker):
+                response, stripped = response[: -len(marker)].rstrip(), True
+    if isinstance(label, str) and label.lstrip().startswith("{"):
+        with contextlib.suppress(ValueError, RecursionError):
+            label = json.loads(label)
+    if isinstance(label, dict) and "answer" in label:
+        return {
+            "domain": label.get("domain", domain),
+            "response": response,
+            "answer": label["answer"],
+            "options": label.get("options") or {},
+        }
+    return {"domain": domain, "response": response, "answer": label}
+
+
+def create_app(
+    scorer: RewardScorer,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    default_domain: str = "math",
+) -> Any:
+    """The FastAPI app, wrapped in the auth/size/metrics gate."""
+    app = FastAPI(
+        title="rlcs reward server",
+        description="Verifiable rewards for math, chart, OCR, grounding, GUI and VQA answers.",
+        version="0.1.0",
+    )
+    metrics = _Metrics()
+
+    def too_many(n: int) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"batch of {n} items is over the limit of {max_batch}"}, status_code=422
+        )
+
+    @app.post("/v1/score", response_model=ScoreResponse)
+    def score_one(req: ScoreRequest) -> Any:
+        results = scorer.score_batch([req.model_dump()])
+        metrics.observe(results)
+        return results[0].to_dict()
+
+    @app.post("/v1/score/batch", response_model=BatchResponse)
+    def score_batch(req: BatchRequest) -> Any:
+        if len(req.items) > max_batch:
+            return too_many(len(req.items))
+        results = scorer.score_batch([item.model_dump() for item in req.items])
+        metrics.observe(results)
+        return {"results": [r.to_dict() for r in results]}
+
+    @app.post("/get_reward", response_model=OpenRLHFResponse)
+    def get_reward(
+        req: OpenRLHFRequest,
+        domain: str = Query(default_domain, description="domain for labels that name none"),
+    ) -> Any:
+        n = len(req.query)
+        if n > max_batch:
+            return too_many(n)
+        prompts = req.prompts or [""] * n
+        labels = req.labels if req.labels is not None else [None] * n
+        if len(prompts) != n or len(labels) != n:
+            return JSONResponse(
+                {
+                    "detail": f"query, prompts and labels differ in length ({n}, {len(prompts)}, {len(labels)})"
+                },
+                status_code=422,
+            )
+        items = [
+            _openrlhf_item(q, p, lab, domain)
+            for q, p, lab in zip(req.query, prompts, labels, strict=True)
+        ]
+        results = scorer.score_batch(items)
+        metrics.observe(results)
+        rewards = [r.reward for r in results]
+        return {
+            "rewards": rewards,
+            "scores": rewards,
+            "extra_logs": {
+                "format_ok": [float(r.format_ok) for r in results],
+                "timeout": [float(r.error == "timeout") for r in results],
+                "error": [float(r.error is not None) for r in results],
+            },
+        }
+
+    @app.get("/v1/domains")
+    def list_domains() -> dict[str, Any]:
+        return {"domains": registry.domains(), "counters": scorer.counters()}
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "workers": len(scorer.pool.worker_pids)}
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        metrics.workers_killed.set(scorer.pool.stats["killed"])
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return _Gate(app, metrics, token, max_body_bytes)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``rlcs serve-rewards``: serve until interrupted; returns the exit code."""
+    scorer = RewardScorer(args.workers, timeout_s=args.timeout)
+    app = create_app(
+        scorer,
+        token=args.token or None,
+        max_body_bytes=getattr(args, "max_body_bytes", DEFAULT_MAX_BODY_BYTES),
+        max_batch=getattr(args, "max_batch", DEFAULT_MAX_BATCH),
+        default_domain=getattr(args, "default_domain", "math"),
+    )
+    print(f"rlcs reward server on http://{args.host}:{args.port} (docs at /docs)", flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        scorer.close()
+    return 0
+
+
+def _parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m rewards.server", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--token", default=os.environ.get("RLCS_REWARD_TOKEN"))
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH)
+    p.add_argument("--default-domain", default="math")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(_parse()))
