@@ -103,13 +103,13 @@ class HFEngine:
         reason = "stop" if new and new[-1] in self.stop_ids else "length"
         return GenResult(new, logprobs, reason, list(req.prompt_ids))
 
-    def stage_weights(self, kind: str, payload: Any, version: int) -> int:
+    def stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if kind == "nccl":
             raise ValueError("the HF engine receives weights over cpu_bytes, shm or cuda_ipc")
         return self._staged.stage(kind, payload, version)
 
     @torch.inference_mode()
-    def commit_weights(self, version: int) -> dict[str, Any]:
+    def commit_weights(self, version: str) -> dict[str, Any]:
         """Copy staged tensors into the model, then read every one back for its checksum."""
         if self._staged.version != version:
             raise RuntimeError(

@@ -98,12 +98,12 @@ class VLLMEngine:
             )
         return results
 
-    def stage_weights(self, kind: str, payload: Any, version: int) -> int:
+    def stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if self.asleep:
             self.wake_up()
         return self.llm.collective_rpc("rlcs_stage_weights", args=(kind, payload, version))[0]
 
-    def commit_weights(self, version: int) -> dict[str, Any]:
+    def commit_weights(self, version: str) -> dict[str, Any]:
         results = self.llm.collective_rpc("rlcs_commit_weights", args=(version,))
         merged = results[0]
         for r in results[1:]:  # tensor-parallel ranks each load their shard of the same tensors

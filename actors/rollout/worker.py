@@ -179,11 +179,11 @@ class RolloutWorkerImpl:
 
     # --- weights ----------------------------------------------------------------------------
 
-    def receive_weights(self, kind: str, payload: Any, version: int) -> int:
+    def receive_weights(self, kind: str, payload: Any, version: str) -> int:
         """Stage one bucket (one call per bucket); nothing is live until ``commit_weights``."""
         return self.engine.stage_weights(kind, payload, version)
 
-    def commit_weights(self, version: int) -> dict[str, Any]:
+    def commit_weights(self, version: str) -> dict[str, Any]:
         """Load all staged buckets into the live engine; return engine-side checksums."""
         return self.engine.commit_weights(version)
 

@@ -24,6 +24,7 @@ already sent (tied embeddings) is sent once; the engine ties it again.
 from __future__ import annotations
 
 import time
+import uuid
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -135,14 +136,17 @@ class WeightTransport(ABC):
         self.workers = list(workers)
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.timeout_s = timeout_s
-        self.version = 0
+        self.version = ""
 
     def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> SyncReport:
         """Send every tensor, load them into each engine, verify; raise on any difference."""
         import ray
 
         t0 = time.perf_counter()
-        self.version += 1
+        # A fresh id per push: the transport is often pickled into the learner actor, so a
+        # counter would restart, and stale buckets of a failed push must never be committed.
+        self.version = uuid.uuid4().hex
+        self._prepare()
         skipped: list[str] = []
         expected: dict[str, str] = {}
         order: list[str] = []
@@ -165,10 +169,16 @@ class WeightTransport(ABC):
                 nbuckets += 1
             ray.get(pending, timeout=self.timeout_s)
             t_sent = time.perf_counter()
-            results = ray.get(
-                [w.commit_weights.remote(self.version) for w in self.workers],
-                timeout=self.timeout_s,
-            )
+            try:
+                results = ray.get(
+                    [w.commit_weights.remote(self.version) for w in self.workers],
+                    timeout=self.timeout_s,
+                )
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if getattr(e, "cause", None) is not None else e
+                raise WeightSyncError(
+                    f"an engine failed to load the pushed weights: {cause}"
+                ) from e
         finally:
             self._cleanup()
         t_commit = time.perf_counter()
@@ -202,6 +212,9 @@ class WeightTransport(ABC):
     @abstractmethod
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:
         """Ship one bucket to every worker; return the Ray refs of those calls."""
+
+    def _prepare(self) -> None:  # noqa: B027 - optional hook
+        """Set up anything that must live in the pushing process (e.g. a NCCL group)."""
 
     def _cleanup(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
         """Release per-push resources (shared-memory files, staging buffers)."""

@@ -31,23 +31,34 @@ class NcclTransport(WeightTransport):
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        self.master_address, self.master_port = master_address, master_port
+        self.engine_ranks_per_worker = engine_ranks_per_worker
+        self.comm = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The group is joined by whichever process pushes (usually the learner actor).
+        return {**self.__dict__, "comm": None}
+
+    def _prepare(self) -> None:
+        if self.comm is not None:
+            return
         import ray
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
 
-        if master_port is None:
+        port = self.master_port
+        if port is None:
             from vllm.utils.network_utils import get_open_port
 
-            master_port = get_open_port()
-        world = 1 + engine_ranks_per_worker * len(self.workers)
+            port = get_open_port()
+        per = self.engine_ranks_per_worker
+        world = 1 + per * len(self.workers)
         joins = [
-            w.init_weight_group.remote(
-                KIND, master_address, master_port, 1 + i * engine_ranks_per_worker, world
-            )
+            w.init_weight_group.remote(KIND, self.master_address, port, 1 + i * per, world)
             for i, w in enumerate(self.workers)
         ]
         pg = StatelessProcessGroup.create(
-            host=master_address, port=master_port, rank=0, world_size=world
+            host=self.master_address, port=port, rank=0, world_size=world
         )
         self.comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
         ray.get(joins, timeout=self.timeout_s)

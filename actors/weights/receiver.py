@@ -31,12 +31,12 @@ class StagedWeights:
     """Buckets of one push, held until ``commit`` loads them in a single pass."""
 
     def __init__(self) -> None:
-        self.version: int | None = None
+        self.version: str | None = None
         self._tensors: list[tuple[str, torch.Tensor]] = []
         self._keepalive: list[Any] = []
         self.checksums: dict[str, str] = {}
 
-    def stage(self, kind: str, payload: Any, version: int) -> int:
+    def stage(self, kind: str, payload: Any, version: str) -> int:
         if self.version != version:
             self.clear()
             self.version = version
@@ -45,7 +45,7 @@ class StagedWeights:
         self._keepalive.append(keep)
         return len(tensors)
 
-    def add(self, tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+    def add(self, tensors: list[tuple[str, torch.Tensor]], version: str) -> None:
         if self.version != version:
             self.clear()
             self.version = version

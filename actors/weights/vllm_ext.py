@@ -17,7 +17,7 @@ from actors.weights.receiver import StagedWeights
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; ``self.model_runner`` is vLLM's."""
 
-    def rlcs_stage_weights(self, kind: str, payload: Any, version: int) -> int:
+    def rlcs_stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if not hasattr(self, "_rlcs_staged"):
             self._rlcs_staged = StagedWeights()
         if kind == "nccl":
@@ -37,7 +37,7 @@ class WeightSyncExtension:
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._rlcs_comm = join_group(address, port, rank, world_size)
 
-    def rlcs_commit_weights(self, version: int) -> dict[str, Any]:
+    def rlcs_commit_weights(self, version: str) -> dict[str, Any]:
         """Load every staged tensor at once; return per-tensor checksums and uncovered params.
 
         Checksums are read back from the live parameter where vLLM keeps it in the sent layout

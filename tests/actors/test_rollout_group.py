@@ -1,0 +1,72 @@
+"""Several HF rollout workers behind one ``generate`` call; a worker dying mid-batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _items(k: int) -> list[dict]:
+    # Prompts of very different lengths, so balancing by cost matters.
+    return [{"id": f"i{i}", "domain": "math", "prompt": "x" * (5 + 40 * (i % 3))} for i in range(k)]
+
+
+def _group(tiny_text_model, max_think=24):
+    from actors.rollout import RolloutGroup
+
+    cfg = dict(engine="hf", n=2, max_think_tokens=max_think, max_answer_tokens=8)
+    return RolloutGroup.create(str(tiny_text_model), cfg, num_workers=2)
+
+
+def test_group_returns_every_item_in_order(ray_local, tiny_text_model):
+    group = _group(tiny_text_model, max_think=6)
+    trajs = group.generate(_items(5), step=0)
+    assert [t.item_id for t in trajs] == [f"i{i}" for i in range(5) for _ in range(2)]
+    assert group.failures == []
+    # Seeds depend on (step, item, sample), not on which worker ran the item.
+    from actors.rollout import RolloutWorkerImpl
+
+    solo = RolloutWorkerImpl(
+        str(tiny_text_model), dict(engine="hf", n=2, max_think_tokens=6, max_answer_tokens=8)
+    )
+    assert [t.token_ids for t in solo.generate(_items(5), step=0)] == [t.token_ids for t in trajs]
+    for w in group.workers:
+        ray_local.kill(w)
+
+
+def test_worker_death_mid_batch_is_reported_and_items_survive(ray_local, tiny_text_model):
+    from actors.rollout import RolloutError
+
+    group = _group(tiny_text_model, max_think=96)
+    pid = ray_local.get(group.workers[1].info.remote())["pid"]
+    killer = threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL))
+    killer.start()
+    t0 = time.time()
+    trajs = group.generate(_items(8), step=1)
+    killer.join()
+    assert time.time() - t0 > 1.0, "the batch must still have been running when the worker died"
+    assert sorted({t.item_id for t in trajs}) == sorted(f"i{i}" for i in range(8))
+    assert len(trajs) == 16
+    assert len(group.failures) == 1 and "rollout worker 1 died mid-batch" in group.failures[0]
+
+    # With no worker left, the error names the items that were not generated.
+    ray_local.kill(group.workers[0])
+    time.sleep(1)
+    with pytest.raises(RolloutError, match="all 2 rollout workers died") as err:
+        group.generate(_items(3), step=2)
+    assert err.value.item_ids == ["i0", "i1", "i2"]

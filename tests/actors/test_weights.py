@@ -1,0 +1,221 @@
+"""Weight sync: bucketing, checksums and tied weights (no Ray), then real pushes into HF
+engines in Ray actors, including the failures a learner must hear about."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actors.weights.base import (
+    WeightSyncError,
+    compare_checksums,
+    dedupe_tied,
+    iter_buckets,
+    tensor_checksum,
+)
+
+
+def test_buckets_respect_size_and_keep_order():
+    tensors = [(f"t{i}", torch.zeros(256)) for i in range(10)]  # 1 KiB each
+    buckets = list(iter_buckets(tensors, bucket_bytes=3 * 1024))
+    assert [len(b) for b in buckets] == [3, 3, 3, 1]
+    assert [n for b in buckets for n, _ in b] == [f"t{i}" for i in range(10)]
+    big = list(iter_buckets([("a", torch.zeros(10)), ("huge", torch.zeros(4096))], 1024))
+    assert [[n for n, _ in b] for b in big] == [["a"], ["huge"]]
+
+
+def test_checksum_sees_one_bit_dtype_and_shape():
+    t = torch.randn(64, 32)
+    flipped = t.clone()
+    flipped.view(torch.int32)[5, 7] ^= 1
+    assert tensor_checksum(t) == tensor_checksum(t.clone())
+    assert tensor_checksum(t) != tensor_checksum(flipped)
+    assert tensor_checksum(t) != tensor_checksum(t.reshape(32, 64))
+    assert tensor_checksum(t.to(torch.bfloat16)) != tensor_checksum(t)
+    assert tensor_checksum(t.t()) == tensor_checksum(t.t().contiguous())
+
+
+def test_tied_embeddings_are_sent_once(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from rlcs.models import build_tiny_text_model
+
+    path = build_tiny_text_model(tmp_path / "tied", tie_word_embeddings=True)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    skipped: list[str] = []
+    names = [n for n, _ in dedupe_tied(model.state_dict().items(), skipped)]
+    assert skipped == ["lm_head.weight"] and "model.embed_tokens.weight" in names
+
+
+def test_first_mismatching_tensor_is_named():
+    exp = {"a": "1", "b": "2", "c": "3"}
+    with pytest.raises(WeightSyncError, match="mismatch on tensor 'b'"):
+        compare_checksums(exp, {"a": "1", "b": "9", "c": "8"}, "w0", ["a", "b", "c"])
+    with pytest.raises(WeightSyncError, match="did not load tensor 'c'"):
+        compare_checksums(exp, {"a": "1", "b": "2"}, "w0", ["a", "b", "c"])
+
+
+def test_unknown_transport_is_refused():
+    from actors.weights import make_transport
+
+    with pytest.raises(ValueError, match="unknown weight_sync 'carrier_pigeon'"):
+        make_transport("carrier_pigeon", [object()])
+
+
+# --- real pushes into HF engines -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tied_model(tmp_path_factory):
+    from rlcs.models import build_tiny_text_model
+
+    return build_tiny_text_model(tmp_path_factory.mktemp("tied") / "m", tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def hf_workers(ray_local, tied_model):
+    from actors.rollout import RolloutWorker
+
+    cfg = dict(engine="hf", n=1, max_think_tokens=16, max_answer_tokens=8)
+    ws = [RolloutWorker.remote(str(tied_model), cfg, worker_index=i) for i in range(2)]
+    ray_local.get([w.ready.remote() for w in ws])
+    yield ws
+    for w in ws:
+        ray_local.kill(w)
+
+
+def _trained(path, seed):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["cpu_bytes", "shm"])
+def test_push_to_two_workers_with_tied_embeddings(
+    ray_local, hf_workers, tied_model, kind, tmp_path
+):
+    import glob
+
+    from actors.rollout import RolloutWorkerImpl
+    from actors.weights import make_transport
+
+    learner = _trained(tied_model, seed=11)
+    report = make_transport(kind, hf_workers, bucket_mb=0.1).push(learner.state_dict().items())
+    assert report.checksum_ok and report.workers == 2 and report.buckets > 1
+    assert report.skipped_tied == ["lm_head.weight"]
+    assert report.verified_readback == 2 * report.tensors
+    assert not glob.glob("/dev/shm/rlcs-weights-*"), "shared-memory files are removed"
+    learner.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(tied_model).save_pretrained(tmp_path)
+    cfg = dict(engine="hf", n=1, max_think_tokens=16, max_answer_tokens=8)
+    items = [{"id": "a", "domain": "math", "prompt": "Add 2 and 2."}]
+    want = RolloutWorkerImpl(str(tmp_path), cfg).generate(items, step=0, temperature=0.0)
+    for w in hf_workers:
+        got = ray_local.get(w.generate.remote(items, step=0, temperature=0.0))
+        assert got[0].token_ids == want[0].token_ids
+
+
+def test_corrupted_bucket_fails_loudly_naming_the_tensor(
+    ray_local, hf_workers, tied_model, monkeypatch
+):
+    from actors.weights import cpu_bytes, make_transport
+
+    real = cpu_bytes.encode
+    victim = "model.layers.1.mlp.up_proj.weight"
+
+    def corrupting(bucket):
+        out = []
+        for name, t in bucket:
+            if name == victim:
+                t = t.clone()
+                t.view(torch.int32).view(-1)[3] ^= 1 << 4
+            out.append((name, t))
+        return real(out)
+
+    monkeypatch.setattr(cpu_bytes, "encode", corrupting)
+    with pytest.raises(WeightSyncError, match=f"checksum mismatch on tensor '{victim}'"):
+        make_transport("cpu_bytes", hf_workers, bucket_mb=0.1).push(
+            _trained(tied_model, seed=12).named_parameters()
+        )
+
+
+def test_partial_or_misnamed_push_fails(ray_local, hf_workers, tied_model):
+    from actors.weights import make_transport
+
+    params = list(_trained(tied_model, seed=13).named_parameters())
+    tp = make_transport("cpu_bytes", hf_workers[:1], bucket_mb=1)
+    with pytest.raises(WeightSyncError, match="not covered by the push"):
+        tp.push(params[:-3])
+    renamed = [("model.layerz.0.bogus", params[0][1]), *params[1:]]
+    with pytest.raises(WeightSyncError, match="model.layerz.0.bogus"):
+        tp.push(renamed)
+
+
+# --- GPU transports (skipped without CUDA) ---------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["nccl", "cuda_ipc"])
+def test_gpu_transport_into_vllm(ray_local, tiny_text_model, kind, tmp_path):
+    """After a GPU push, vLLM's greedy tokens equal transformers' with the learner's weights."""
+    from transformers import AutoTokenizer
+
+    from actors.rollout import RolloutWorker, RolloutWorkerImpl
+    from actors.weights import make_transport
+
+    cfg = dict(
+        engine="vllm", n=1, max_think_tokens=16, max_answer_tokens=8, gpu_memory_utilization=0.2
+    )
+    share = 0.5 if kind == "cuda_ipc" else 1
+    w = RolloutWorker.options(num_gpus=share).remote(str(tiny_text_model), cfg)
+    try:
+        learner = _trained(tiny_text_model, seed=21)
+        learner.save_pretrained(tmp_path)
+        AutoTokenizer.from_pretrained(tiny_text_model).save_pretrained(tmp_path)
+        items = [{"id": "a", "domain": "math", "prompt": "1+1?"}]
+        want = RolloutWorkerImpl(str(tmp_path), {**cfg, "engine": "hf"}).generate(
+            items, step=0, temperature=0.0
+        )
+        report = make_transport(kind, [w], bucket_mb=0.1).push(learner.cuda().named_parameters())
+        assert report.checksum_ok and report.buckets > 1
+        got = ray_local.get(w.generate.remote(items, step=0, temperature=0.0))
+        assert got[0].token_ids == want[0].token_ids
+    finally:
+        ray_local.kill(w)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_vllm_sleep_and_wake_between_iterations(ray_local, tiny_text_model):
+    from actors.rollout import RolloutWorker
+
+    cfg = dict(engine="vllm", n=1, max_think_tokens=8, max_answer_tokens=4,
+               gpu_memory_utilization=0.2, sleep_between_iterations=True)  # fmt: skip
+    w = RolloutWorker.options(num_gpus=1).remote(str(tiny_text_model), cfg)
+    try:
+        items = [{"id": "a", "domain": "math", "prompt": "1+1?"}]
+        first = ray_local.get(w.generate.remote(items, step=0, temperature=0.0))
+        free_before = torch.cuda.mem_get_info()[0]
+        ray_local.get(w.sleep.remote())
+        assert torch.cuda.mem_get_info()[0] > free_before, "sleep frees GPU memory"
+        again = ray_local.get(w.generate.remote(items, step=0, temperature=0.0))
+        assert again[0].token_ids == first[0].token_ids, "wakes up with the same weights"
+    finally:
+        ray_local.kill(w)
