@@ -8,8 +8,9 @@ How it stays fast: items travel in chunks, one pipe round-trip per chunk. Each w
 (chunk id, position, start time) of the item it is on into a small shared array, so the parent
 sees per-item progress without any messages. When an item overruns, the parent kills that
 worker, reports ``timeout`` for that item only, re-queues the rest of its chunk and starts a
-replacement (a fork of the fork server: milliseconds). If every worker is stuck on a slow item
-while others wait, spare workers are started so that slow items do not block the queue.
+replacement (a fork of the fork server: milliseconds). Items queued behind a slow one in its
+chunk are taken back for other workers, and if every worker is stuck on a slow item while others
+wait, spare workers are started, so slow items do not block the queue.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
         progress[0] = chunk_id
         out = []
         for pos, task in enumerate(tasks):
+            if pos >= progress[3]:  # the parent took the rest back for other workers
+                break
             progress[2] = 0.0
             progress[1] = pos
             progress[2] = time.monotonic()
@@ -112,7 +115,7 @@ class _Worker:
 
     def __init__(self, ctx: Any, memory_limit_mb: int, spare: bool) -> None:
         parent, child = ctx.Pipe()
-        self.progress = ctx.RawArray("d", 3)
+        self.progress = ctx.RawArray("d", 4)  # chunk id, position, start time, chunk limit
         self.proc = ctx.Process(
             target=_worker_main, args=(child, self.progress, memory_limit_mb), daemon=True
         )
@@ -226,6 +229,7 @@ class WorkerPool:
                     elif obj in waitables:
                         self._collect(*waitables[obj])
                 self._check_overruns()
+                self._steal()
                 self._adjust_spares()
         except BaseException as e:  # fail every waiting caller loudly rather than hang them
             self._fail_all(f"pool dispatcher failed: {type(e).__name__}: {e}")
@@ -250,6 +254,7 @@ class WorkerPool:
                 )
         for w, chunk in plan:
             w.chunk, w.chunk_id = chunk, self._next_chunk
+            w.progress[3] = len(chunk)
             self._next_chunk += 1
             try:
                 w.conn.send((w.chunk_id, [e.task for e in chunk]))
@@ -268,7 +273,7 @@ class WorkerPool:
                 if chunk_id == w.chunk_id:
                     chunk, w.chunk = w.chunk, None
                     w.idle_since = time.monotonic()
-                    for entry, outcome in zip(chunk, outcomes, strict=True):
+                    for entry, outcome in zip(chunk, outcomes, strict=False):
                         self._deliver(entry, outcome)
                 return
         if not w.proc.is_alive():
@@ -286,10 +291,26 @@ class WorkerPool:
             if cur is None:
                 continue
             pos, start = cur
-            limit = w.chunk[pos].job.timeout_s
+            if pos >= len(w.chunk):  # a taken-back item it started anyway; it runs elsewhere too
+                pos, limit = -1, max(e.job.timeout_s for e in w.chunk)
+            else:
+                limit = w.chunk[pos].job.timeout_s
             if now - start > limit and not w.conn.poll():
                 self.stats["killed"] += 1
                 self._lost(w, pos, "timeout", f"no result within {limit:g} s; worker killed")
+
+    def _steal(self) -> None:
+        """Take back the unstarted rest of a chunk stuck behind a slow item."""
+        now = time.monotonic()
+        for w in self._workers:
+            cur = w.current() if w.chunk is not None else None
+            if cur is None or now - cur[1] < self.spare_after_s or len(w.chunk) <= cur[0] + 1:
+                continue
+            keep = cur[0] + 1
+            w.progress[3] = keep
+            rest, w.chunk = w.chunk[keep:], w.chunk[:keep]
+            with self._lock:
+                self._pending.extendleft(reversed(rest))
 
     def _lost(self, w: _Worker, culprit: int | None, error: str, detail: str) -> None:
         """Kill and replace ``w``; fail its culprit item, re-queue the innocent rest."""

@@ -1,0 +1,172 @@
+"""Chart, OCR, grounding, GUI and VQA rules on hand-made cases, near misses included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rewards.verifiers.chart import ChartVerifier
+from rewards.verifiers.grounding import GroundingVerifier
+from rewards.verifiers.gui import GUIVerifier
+from rewards.verifiers.ocr import OCRVerifier
+from rewards.verifiers.vqa import VQAVerifier
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        ("2019", "2019", 1.0),
+        ("2018", "2019", 0.0),
+        ("2019.0000001", "2019", 0.0),  # a year is exact even within the numeric tolerance
+        ("2019", "2019.0000001", 0.0),
+        ("1,234", "1234", 1.0),
+        ("12.5%", "12.5%", 1.0),
+        ("0.125", "12.5%", 1.0),
+        ("\\$5", "5", 1.0),
+        ("\\frac{1}{4}", "0.25", 1.0),
+        ("0.2500001", "0.25", 1.0),
+        ("0.26", "0.25", 0.0),
+        ("Asia", "asia", 1.0),
+        ("South  America.", "south america", 1.0),
+        ("Europe", "Asia", 0.0),
+    ],
+)
+def test_chart(pred, gt, reward):
+    assert ChartVerifier().verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        ("hello world", "helloworld", 1.0),
+        ("", "", 1.0),
+        ("abc", "abd", 1 - 1 / 3),
+        ("", "abc", 0.0),
+        ("abcd", "ab", 0.5),
+        ("Hello", "hello", 0.8),
+    ],
+)
+def test_ocr(pred, gt, reward):
+    assert OCRVerifier().verify(pred, gt, {}).reward == pytest.approx(reward)
+
+
+G = GroundingVerifier()
+
+
+def test_grounding_one_box_and_threshold():
+    assert G.verify("[10,10,100,100]", [10, 10, 100, 100], {}).reward == 1.0
+    assert G.verify("[10,10,100,100]", [[12, 12, 100, 100]], {}).reward == 1.0
+    # IoU = 0.5 exactly is not > 0.5
+    assert G.verify("[0,0,100,100]", [[0, 0, 100, 50]], {}).reward == 0.0
+    assert G.verify("[0,0,100,100]", [[0, 0, 100, 50]], {"iou_threshold": 0.4}).reward == 1.0
+
+
+def test_grounding_many_boxes_match_one_to_one():
+    gt = [[0, 0, 100, 100], [200, 200, 300, 300]]
+    assert G.verify("[[200,200,300,300],[0,0,100,100]]", gt, {}).reward == 1.0
+    assert G.verify("[0,0,100,100] [5,5,100,100]", gt, {}).reward == 0.5  # one box counts once
+    assert G.verify("[0,0,100,100]", json.dumps(gt), {}).reward == 0.5
+
+
+def test_grounding_box_spam_does_not_pay():
+    spam = ", ".join(
+        f"[{x},{y},{x + 100},{y + 100}]" for x in range(0, 900, 50) for y in range(0, 900, 50)
+    )
+    assert G.verify(spam, [[0, 0, 100, 100]], {}).reward < 0.05
+    lenient = G.verify(
+        "[0,0,100,100],[500,500,600,600]", [[0, 0, 100, 100]], {"penalize_extra_boxes": False}
+    )
+    assert lenient.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "[10,10,100]",
+        "[100,10,10,100]",
+        "[0,0,1000,50]",
+        "[a,b,c,d]",
+        "box: [1,2,3,4]",
+        "",
+        "[[[[]]]]",
+    ],
+)
+def test_grounding_malformed_box_is_a_parse_error(pred):
+    res = G.verify(pred, [[0, 0, 100, 100]], {})
+    assert (res.reward, res.error) == (0.0, "parse")
+
+
+U = GUIVerifier()
+CLICK_GT = {"action": "click", "box": [480, 280, 560, 330]}
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        ({"action": "click", "point": [500, 300]}, CLICK_GT, 1.0),
+        ({"action": "click", "point": [480, 330]}, CLICK_GT, 1.0),  # the edge counts
+        ({"action": "click", "point": [600, 300]}, CLICK_GT, 0.0),
+        ({"action": "long_press", "point": [500, 300]}, CLICK_GT, 0.0),
+        ({"action": "click", "box": [482, 282, 560, 330]}, CLICK_GT, 1.0),
+        ({"action": "click", "box": [0, 0, 560, 330]}, CLICK_GT, 0.0),
+        (
+            {"action": "type", "text": "hello  world "},
+            {"action": "type", "text": "hello world"},
+            1.0,
+        ),
+        ({"action": "type", "text": "Hello world"}, {"action": "type", "text": "hello world"}, 0.0),
+        ({"action": "key", "key": "Return"}, {"action": "key", "key": "enter"}, 1.0),
+        ({"action": "key", "key": "tab"}, {"action": "key", "key": "enter"}, 0.0),
+        ({"action": "scroll", "direction": "Down"}, {"action": "scroll", "direction": "down"}, 1.0),
+        ({"action": "scroll", "direction": "up"}, {"action": "scroll", "direction": "down"}, 0.0),
+        ({"action": "wait"}, {"action": "wait"}, 1.0),
+        ({"action": "done"}, {"action": "wait"}, 0.0),
+        (
+            {"action": "drag", "start": [10, 10], "end": [500, 500]},
+            {"action": "drag", "start_box": [0, 0, 20, 20], "end_box": [490, 490, 999, 999]},
+            1.0,
+        ),
+        ({"action": "click", "point": [505, 305]}, {"action": "click", "point": [500, 300]}, 1.0),
+        ({"action": "click", "point": [550, 300]}, {"action": "click", "point": [500, 300]}, 0.0),
+    ],
+)
+def test_gui(pred, gt, reward):
+    assert U.verify(json.dumps(pred), gt, {}).reward == reward
+
+
+def test_gui_partial_credit_is_opt_in():
+    pred = json.dumps({"action": "drag", "start": [10, 10], "end": [100, 100]})
+    gt = {"action": "drag", "start_box": [0, 0, 20, 20], "end_box": [490, 490, 999, 999]}
+    assert U.verify(pred, gt, {}).reward == 0.0
+    assert U.verify(pred, gt, {"partial_credit": True}).reward == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "click(500, 300)",
+        '{"point": [1, 2]}',
+        '{"action": "teleport"}',
+        '{"action": "click", "point": [5000, 1]}',
+    ],
+)
+def test_gui_bad_action_is_a_parse_error(pred):
+    assert U.verify(pred, CLICK_GT, {}).error == "parse"
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        ("Three", "3", 1.0),
+        ("3", "three", 1.0),
+        ("3.0", "3", 1.0),
+        ("4", "3", 0.0),
+        ("3 apples", "3", 0.0),
+        ("The red car.", "red car", 1.0),
+        ("red", "blue", 0.0),
+        ("yes", ["Yes", "yeah"], 1.0),
+    ],
+)
+def test_vqa(pred, gt, reward):
+    assert VQAVerifier().verify(pred, gt, {}).reward == reward

@@ -1,0 +1,74 @@
+"""The GLM format gate and the bare / boxed alternatives."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards import FormatError, extract
+
+BOX = "<|begin_of_box|>{}<|end_of_box|>"
+
+
+def test_glm_takes_the_box_content():
+    r = "<think>2+2 is 4</think>\n<answer>The total is " + BOX.format(" 4 ") + ".</answer>"
+    assert extract(r) == "4"
+
+
+def test_glm_allows_empty_thinking_for_nothink_mode():
+    assert extract("<think></think><answer>" + BOX.format("7") + "</answer>") == "7"
+
+
+def test_glm_ignores_boxes_inside_thinking():
+    r = "<think>maybe " + BOX.format("3") + "</think><answer>" + BOX.format("4") + "</answer>"
+    assert extract(r) == "4"
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ("<answer>" + BOX.format("4") + "</answer>", "start with <think>"),
+        ("<think>x<answer>" + BOX.format("4") + "</answer>", "no </think>"),
+        ("<think>x</think><answer>" + BOX.format("4") + "</answer> trailing", "end with </answer>"),
+        ("<think>x</think>" + BOX.format("4"), "followed by <answer>"),
+        ("<think>x</think><answer>4</answer>", "no <|begin_of_box|>"),
+        (
+            "<think>x</think><answer>" + BOX.format("4") + BOX.format("5") + "</answer>",
+            "more than one box",
+        ),
+        ("<think><think>x</think></think><answer>" + BOX.format("4") + "</answer>", "nested"),
+        ("<think>x</think><answer><answer>" + BOX.format("4") + "</answer></answer>", "nested"),
+        ("<think>x</think><answer>\\boxed{4} " + BOX.format("4") + "</answer>", "\\boxed{"),
+    ],
+)
+def test_glm_gate_names_the_problem(response, reason):
+    with pytest.raises(FormatError, match=None) as e:
+        extract(response)
+    assert reason in str(e.value)
+
+
+def test_bare_and_boxed_formats():
+    assert extract("  42 ", "bare") == "42"
+    assert (
+        extract("first \\boxed{1}, finally \\boxed{\\frac{1}{2}} done", "boxed") == "\\frac{1}{2}"
+    )
+    with pytest.raises(FormatError, match="no \\\\boxed"):
+        extract("no box here", "boxed")
+    with pytest.raises(FormatError, match="unknown format"):
+        extract("x", "xml")
+
+
+def test_format_failure_is_reward_zero_with_reason(scorer):
+    res = scorer.score("math", "<think>x</think><answer>4</answer>", "4")
+    assert (res.reward, res.format_ok, res.error) == (0.0, False, "format")
+    assert "box" in res.detail
+    assert scorer.counters()["math"]["format_failures"] >= 1
+
+
+def test_a_megabyte_response_is_gated_quickly(scorer):
+    import time
+
+    big = "<think>" + "blah " * 200_000 + "</think><answer>" + BOX.format("4") + "</answer>"
+    start = time.monotonic()
+    res = scorer.score("math", big, "4")
+    assert res.reward == 1.0
+    assert time.monotonic() - start < 1.0

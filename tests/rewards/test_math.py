@@ -1,0 +1,116 @@
+"""Math equivalence: by value, not spelling; near misses and adversarial answers stay wrong."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import glm
+
+from rewards.verifiers.math import MathVerifier
+
+V = MathVerifier()
+
+RIGHT = [
+    ("5", "5"),
+    ("x = 5", "5"),
+    ("5", "x=5"),
+    ("\\frac{1}{2}", "0.5"),
+    ("1/2", "\\frac12"),
+    ("\\dfrac{3}{4}", "0.75"),
+    ("50\\%", "0.5"),
+    ("50%", "50"),
+    ("1.5e-3", "0.0015"),
+    ("1.5\\times10^{-3}", "0.0015"),
+    ("1,000", "1000"),
+    ("5 \\text{ cm}", "5"),
+    ("30^\\circ", "30"),
+    ("\\$5", "5"),
+    ("\\sqrt{2}/2", "\\frac{\\sqrt2}{2}"),
+    ("sqrt(2)/2", "\\frac{\\sqrt{2}}{2}"),
+    ("2\\sqrt{3}", "\\sqrt{12}"),
+    ("\\pi", "3.14159265358979"),
+    ("2\\pi", "6.283185307"),
+    ("0.3333333", "\\frac{1}{3}"),
+    ("\\frac{2005 \\cdot 2006}{2006!}", "\\frac{1}{2004!}"),
+    ("[1,2)", "[1,2)"),
+    ("(1,2]\\cup[3,4)", "[3,4)\\cup(1,2]"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("x \\in [1,2)", "[1,2)"),
+    ("(1,2)", "(1, 2)"),
+    ("(\\frac{1}{2}, 3)", "(0.5, 3)"),
+    ("B", "B"),
+    ("(B)", "B"),
+    ("\\text{(B)}", "(B)"),
+    ("y=2x+1", "y = 2x + 1"),
+    ("2y=4x+2", "y=2x+1"),
+    ("2x + 1 = y", "y = 2x + 1"),
+    ("x^2+2x+1", "(x+1)^2"),
+    ("\\infty", "\\infty"),
+]
+
+WRONG = [
+    ("\\frac{1}{2004!}", "\\frac{1}{2006!}"),
+    ("[1,2)", "[1,2]"),
+    ("(1,2)", "[1,2]"),
+    ("(1,2)", "(2,1)"),
+    ("\\{1,2\\}", "\\{1,2,3\\}"),
+    ("0.3333", "\\frac{1}{3}"),
+    ("3.14", "\\pi"),
+    ("1.00001", "1"),
+    ("C", "B"),
+    ("y=2x+2", "y=2x+1"),
+    ("x^2+2x", "(x+1)^2"),
+    ("-\\infty", "\\infty"),
+    ("x", "y"),
+    ("2019", "2018"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gt"), RIGHT)
+def test_equivalent_answers_score_one(pred, gt):
+    assert V.verify(pred, gt, {}) == (1.0, None, None)
+
+
+@pytest.mark.parametrize(("pred", "gt"), WRONG)
+def test_near_misses_score_zero(pred, gt):
+    assert V.verify(pred, gt, {}).reward == 0.0
+
+
+def test_relative_tolerance_is_configurable():
+    assert V.verify("3.14", "\\pi", {"rel_tol": 1e-3}).reward == 1.0
+    assert V.verify("100.001", "100", {}).reward == 0.0
+    assert V.verify("100.00001", "100", {}).reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "9^{9^{9^{9}}}",
+        "1" * 100_000,
+        "(" * 5000 + "1" + ")" * 5000,
+        "__import__('os').system('ls')",
+        "\\frac{1}{0}",
+    ],
+)
+def test_pathological_answers_return_quickly_and_wrong(pred):
+    import time
+
+    start = time.monotonic()
+    res = V.verify(pred, "5", {})
+    assert res.reward == 0.0
+    assert time.monotonic() - start < 2.0
+
+
+def test_an_unreadable_answer_is_a_parse_error():
+    res = V.verify("(" * 500 + "1" + ")" * 500, "1", {})
+    assert res.error == "parse" and "nesting" in res.detail
+
+
+def test_identical_towers_match_without_evaluation():
+    assert V.verify("9^{9^{9^{9}}}", "9^{9^{9^{9}}}", {}).reward == 1.0
+
+
+def test_through_the_pool_equal_answers_share_one_verification(scorer):
+    items = [{"domain": "math", "response": glm("\\frac{6}{8}"), "answer": "0.75"}] * 8
+    results = scorer.score_batch(items)
+    assert [r.reward for r in results] == [1.0] * 8
+    assert sum(r.cached for r in results) >= 7

@@ -1,0 +1,133 @@
+"""Hard timeouts, crashes, injection and pathological inputs, through the real worker pool."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import INJECTION, glm
+
+from rewards import RewardScorer, register
+
+ALL_DOMAINS = ["math", "chart", "ocr", "grounding", "gui", "vqa"]
+
+
+@pytest.fixture(scope="module")
+def bad_scorer():
+    register("hang", "adversarial_verifiers:Hang")
+    register("crash", "adversarial_verifiers:Crash")
+    register("out_of_range", "adversarial_verifiers:OutOfRange")
+    s = RewardScorer(2, timeout_s=1.0, defaults={"format": "bare"}, memory_limit_mb=1024)
+    yield s
+    s.close()
+
+
+def test_a_hanging_item_times_out_and_the_rest_of_the_batch_is_scored(bad_scorer):
+    items = [("hang", "ok", None)] * 20 + [("hang", "hang", None)] + [("hang", "ok", None)] * 20
+    start = time.monotonic()
+    results = bad_scorer.score_batch(items, timeout_s=1.0)
+    assert time.monotonic() - start < 1.0 + 1.0
+    assert results[20].error == "timeout" and results[20].reward == 0.0
+    assert [r.reward for i, r in enumerate(results) if i != 20] == [1.0] * 40
+    assert bad_scorer.counters()["hang"]["timeouts"] >= 1
+    assert bad_scorer.pool.stats["killed"] >= 1
+
+
+def test_two_hanging_items_at_once_cost_one_timeout_not_two(bad_scorer):
+    start = time.monotonic()
+    results = bad_scorer.score_batch([("hang", "hang", None)] * 2 + [("hang", "ok", None)] * 5)
+    assert time.monotonic() - start < 1.0 + 1.0
+    assert [r.error for r in results[:2]] == ["timeout", "timeout"]
+    assert all(r.reward == 1.0 for r in results[2:])
+
+
+@pytest.mark.parametrize("kind", ["die", "recurse", "oom"])
+def test_a_crashing_item_is_an_error_never_a_hang(bad_scorer, kind):
+    items = [("crash", "ok", None)] * 5 + [("crash", kind, None)] + [("crash", "ok", None)] * 5
+    start = time.monotonic()
+    results = bad_scorer.score_batch(items, timeout_s=5.0)
+    assert time.monotonic() - start < 5.0
+    assert results[5].error == "crash" and results[5].reward == 0.0
+    assert all(r.reward == 1.0 and r.error is None for i, r in enumerate(results) if i != 5)
+
+
+def test_a_reward_outside_the_unit_interval_is_reported(bad_scorer):
+    res = bad_scorer.score("out_of_range", "1.5", None)
+    assert (res.reward, res.error) == (0.0, "verifier")
+    assert bad_scorer.score("out_of_range", "nan", None).error == "verifier"
+
+
+def test_pool_keeps_working_after_kills(bad_scorer):
+    bad_scorer.score_batch([("hang", "hang", None)], timeout_s=0.3)
+    assert [r.reward for r in bad_scorer.score_batch([("hang", "ok", None)] * 10)] == [1.0] * 10
+
+
+GROUND_TRUTH = {
+    "math": "5",
+    "chart": "12",
+    "ocr": "hello",
+    "grounding": [[0, 0, 100, 100]],
+    "gui": {"action": "type", "text": "hello"},
+    "vqa": "yes",
+}
+
+
+@pytest.mark.parametrize("domain", ALL_DOMAINS)
+def test_injection_strings_never_execute(scorer, tmp_path, domain):
+    canary = tmp_path / "CANARY"
+    payloads = [
+        INJECTION.format(canary=canary),
+        "\\text{" + INJECTION.format(canary=canary) + "}",
+        '{"action": "type", "text": "' + INJECTION.format(canary=canary).replace("'", "") + '"}',
+        "lambda: " + INJECTION.format(canary=canary),
+    ]
+    results = scorer.score_batch([(domain, glm(p), GROUND_TRUTH[domain]) for p in payloads])
+    assert all(r.reward < 1.0 for r in results if domain != "ocr")
+    assert not canary.exists()
+
+
+PATHOLOGICAL = [
+    "9^{9^{9^{9}}}",
+    "9**9**9**9",
+    "1" * 100_000,
+    "(" * 5000 + "1" + ")" * 5000,
+    "x" * 1_000_000,
+    "\\frac{" * 3000 + "1" + "}{2}" * 3000,
+    "(2^{2^{100}})!",
+]
+
+
+@pytest.mark.parametrize("domain", ["math", "chart"])
+def test_pathological_inputs_return_within_timeout_plus_one_second(scorer, domain):
+    items = [(domain, glm(p), "5") for p in PATHOLOGICAL]
+    start = time.monotonic()
+    results = scorer.score_batch(items, timeout_s=2.0)
+    assert time.monotonic() - start < 2.0 + 1.0
+    assert all(r.reward == 0.0 for r in results)
+
+
+def test_megabyte_responses_in_every_domain_return_in_time(scorer):
+    huge = "z" * 1_000_000
+    items = [(d, glm(huge), GROUND_TRUTH[d]) for d in ALL_DOMAINS]
+    items += [
+        (d, "<think>" + huge + "</think><answer>" + huge, GROUND_TRUTH[d]) for d in ALL_DOMAINS
+    ]
+    start = time.monotonic()
+    results = scorer.score_batch(items, timeout_s=2.0)
+    assert time.monotonic() - start < 2.0 + 1.0
+    assert all(r.reward < 0.01 for r in results)
+    assert all(r.error == "format" for r in results[len(ALL_DOMAINS) :])
+
+
+def test_unknown_domain_is_an_error_naming_the_known_ones(scorer):
+    res = scorer.score("poetry", glm("x"), "x")
+    assert res.error == "domain" and "math" in res.detail
+
+
+def test_register_a_domain_by_import_path(scorer):
+    register("always_one", "adversarial_verifiers:OutOfRange")
+    assert scorer.score("always_one", glm("1"), None).reward == 1.0
+    with pytest.raises(ValueError, match="package.module:Class"):
+        register("x", "not_a_path")
+    with pytest.raises(ModuleNotFoundError):
+        register("x", "no_such_module:Verifier")
