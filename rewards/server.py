@@ -313,9 +313,16 @@ def create_app(
     return _Gate(app, metrics, token, max_body_bytes)
 
 
+def _env_domains() -> dict[str, str]:
+    """``RLCS_REWARD_DOMAINS="name=pkg.mod:Class,other=pkg.mod:Other"`` adds custom domains."""
+    spec = os.environ.get("RLCS_REWARD_DOMAINS", "")
+    pairs = (part.split("=", 1) for part in spec.split(",") if "=" in part)
+    return {name.strip(): path.strip() for name, path in pairs}
+
+
 def main(args: argparse.Namespace) -> int:
     """``rlcs serve-rewards``: serve until interrupted; returns the exit code."""
-    scorer = RewardScorer(args.workers, timeout_s=args.timeout)
+    scorer = RewardScorer(args.workers, timeout_s=args.timeout, custom_domains=_env_domains())
     app = create_app(
         scorer,
         token=args.token or None,

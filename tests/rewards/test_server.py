@@ -1,0 +1,199 @@
+"""The reward server as a real process (``rlcs serve-rewards``) on 127.0.0.1, over HTTP.
+
+Ray, torch and vLLM are shadowed by packages that raise ImportError, so these tests also prove
+that the server needs none of them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import INJECTION, glm
+
+HERE = Path(__file__).resolve().parent
+TOKEN = "s3cret-token"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE / "no_heavy"), str(HERE), env.get("PYTHONPATH", "")]
+    )
+    env["RLCS_REWARD_DOMAINS"] = "hang=adversarial_verifiers:Hang"
+    cmd = [sys.executable, "-m", "cluster.cli", "serve-rewards", "--port", str(port), "--workers", "2",
+           "--timeout", "2", "--token", TOKEN, "--max-body-bytes", "2000000", "--max-batch", "256"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited early:\n{proc.stdout.read()}")
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("server did not come up within 60 s")
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    yield client
+    client.close()
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+CASES = [
+    ("math", glm("\\frac{1}{2}"), "0.5", 1.0),
+    ("math", glm("[1,2]"), "[1,2)", 0.0),
+    ("chart", glm("2019"), "2019", 1.0),
+    ("ocr", glm("hello wrld"), "hello world", 0.9),
+    ("grounding", glm("[10,10,100,100]"), [[12, 12, 100, 100]], 1.0),
+    (
+        "gui",
+        glm('{"action": "click", "point": [500, 300]}'),
+        {"action": "click", "box": [480, 280, 560, 330]},
+        1.0,
+    ),
+    ("vqa", glm("Three"), "3", 1.0),
+]
+
+
+@pytest.mark.parametrize(("domain", "response", "answer", "reward"), CASES)
+def test_score_each_domain(server, domain, response, answer, reward):
+    r = server.post("/v1/score", json={"domain": domain, "response": response, "answer": answer})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["reward"] == pytest.approx(reward)
+    assert body["format_ok"] is True and body["domain"] == domain
+
+
+def test_batch_and_bare_format_option(server):
+    items = [{"domain": d, "response": resp, "answer": a} for d, resp, a, _ in CASES]
+    items.append(
+        {"domain": "math", "response": "0.5", "answer": "1/2", "options": {"format": "bare"}}
+    )
+    items.append({"domain": "math", "response": "no tags", "answer": "1"})
+    r = server.post("/v1/score/batch", json={"items": items})
+    results = r.json()["results"]
+    assert [x["reward"] for x in results[:-2]] == pytest.approx([c[3] for c in CASES])
+    assert results[-2]["reward"] == 1.0
+    assert results[-1]["error"] == "format" and results[-1]["format_ok"] is False
+
+
+def test_openrlhf_get_reward(server):
+    prompt = "<|user|>\nWhat is 1/4 + 1/4?<|assistant|>\n"
+    good = prompt + glm("\\frac{1}{2}") + "<|endoftext|>"
+    bad = prompt + glm("1/3")
+    chart = "<|user|>When?<|assistant|>" + glm("2019")
+    payload = {
+        "query": [good, bad, chart],
+        "prompts": [prompt, prompt, "<|user|>When?<|assistant|>"],
+        "labels": ["0.5", "0.5", json.dumps({"domain": "chart", "answer": "2019"})],
+    }
+    r = server.post("/get_reward", json=payload)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["rewards"] == [1.0, 0.0, 1.0]
+    assert body["scores"] == body["rewards"]
+    assert body["extra_logs"]["format_ok"] == [1.0, 1.0, 1.0]
+    r = server.post(
+        "/get_reward", json={"query": [good], "prompts": [prompt, prompt], "labels": ["1"]}
+    )
+    assert r.status_code == 422 and "differ in length" in r.text
+
+
+def test_concurrent_clients(server):
+    def one(i: int) -> float:
+        answer = str(i % 7)
+        r = server.post(
+            "/v1/score", json={"domain": "math", "response": glm(answer), "answer": answer}
+        )
+        return r.json()["reward"]
+
+    with cf.ThreadPoolExecutor(32) as ex:
+        rewards = list(ex.map(one, range(320)))
+    assert rewards == [1.0] * 320
+
+
+def test_a_hanging_item_does_not_block_other_requests(server):
+    with cf.ThreadPoolExecutor(2) as ex:
+        slow = ex.submit(
+            server.post,
+            "/v1/score",
+            json={
+                "domain": "hang",
+                "response": "hang",
+                "answer": None,
+                "options": {"format": "bare"},
+            },
+        )
+        time.sleep(0.2)
+        start = time.monotonic()
+        for i in range(20):
+            r = server.post(
+                "/v1/score", json={"domain": "ocr", "response": glm(f"t{i}"), "answer": f"t{i}"}
+            )
+            assert r.json()["reward"] == 1.0
+        assert time.monotonic() - start < 1.5
+        res = slow.result().json()
+    assert res["error"] == "timeout" and res["reward"] == 0.0
+
+
+def test_injection_through_the_server(server, tmp_path):
+    canary = tmp_path / "CANARY"
+    items = [{"domain": d, "response": glm(INJECTION.format(canary=canary)), "answer": "5"}
+             for d in ["math", "chart", "ocr", "grounding", "gui", "vqa"]]  # fmt: skip
+    r = server.post("/v1/score/batch", json={"items": items})
+    assert r.status_code == 200
+    time.sleep(0.2)
+    assert not canary.exists()
+
+
+def test_auth_and_limits(server):
+    base = str(server.base_url)
+    assert httpx.get(base + "/healthz").status_code == 200
+    r = httpx.post(base + "/v1/score", json={"domain": "math", "response": "1", "answer": "1"})
+    assert r.status_code == 401 and "bearer token" in r.text
+    r = httpx.get(base + "/metrics", headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401
+    r = server.post(
+        "/v1/score", json={"domain": "ocr", "response": glm("x" * 3_000_000), "answer": "x"}
+    )
+    assert r.status_code == 413 and "2000000 bytes" in r.text
+    items = [{"domain": "ocr", "response": glm("a"), "answer": "a"}] * 300
+    r = server.post("/v1/score/batch", json={"items": items})
+    assert r.status_code == 422 and "limit of 256" in r.text
+
+
+def test_domains_docs_and_metrics(server):
+    assert {"math", "gui", "hang"} <= set(server.get("/v1/domains").json()["domains"])
+    assert server.get("/docs").status_code == 200
+    assert "/get_reward" in server.get("/openapi.json").json()["paths"]
+    text = server.get("/metrics").text
+    assert 'rlcs_reward_items_total{domain="math"}' in text
+    assert "rlcs_reward_request_seconds_bucket" in text
+    assert 'rlcs_reward_value_bucket{domain="ocr"' in text
+    assert 'rlcs_reward_timeouts_total{domain="hang"}' in text
