@@ -1,0 +1,148 @@
+"""The reward-actor pool: N Ray actors, each wrapping a ``rewards.RewardScorer`` (its own pool
+of killable verifier processes), load-balanced shard by shard.
+
+Every item gets exactly one result. An actor that dies is restarted by Ray (``max_restarts``);
+the shards it had in flight are retried once on whichever actor is free, and an item whose
+shard fails twice gets ``error="actor"`` instead of hanging the driver.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from rewards import RewardScorer, ScoreResult
+
+_ACTOR_FAILURES = (ActorDiedError, ActorUnavailableError, RayActorError)
+
+
+class RewardActorImpl:
+    """One Ray actor's state: a scorer whose worker processes live as long as the actor."""
+
+    def __init__(
+        self,
+        processes: int = 1,
+        timeout_s: float = 5.0,
+        defaults: Mapping[str, Any] | None = None,
+        custom_domains: Mapping[str, str] | None = None,
+    ) -> None:
+        self.scorer = RewardScorer(
+            processes, timeout_s=timeout_s, defaults=defaults, custom_domains=custom_domains
+        )
+
+    def score_batch(self, items: list[Any], timeout_s: float | None = None) -> list[ScoreResult]:
+        return self.scorer.score_batch(items, timeout_s=timeout_s)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return self.scorer.counters()
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "worker_pids": self.scorer.pool.worker_pids}
+
+
+RewardActor = ray.remote(RewardActorImpl)
+
+
+def options_from_config(cfg: Any) -> dict[str, Any]:
+    """Default verifier options from an ``rlcs.config.RewardConfig`` (duck-typed: ``actors``
+    may import ``rlcs``, but this keeps the pool usable with a plain object too)."""
+    return {
+        "format": cfg.format,
+        "rel_tol": cfg.math_rel_tol,
+        "iou_threshold": cfg.iou_threshold,
+        "partial_credit": cfg.gui_partial_credit,
+    }
+
+
+class RewardActorPool:
+    """Scores batches on several reward actors at once."""
+
+    def __init__(self, actors: Sequence[Any], *, max_shard: int = 512, in_flight: int = 2) -> None:
+        if not actors:
+            raise ValueError("a reward pool needs at least one actor")
+        self.actors = list(actors)
+        self.max_shard = max_shard
+        self.in_flight = in_flight
+        self.retries = 0
+
+    @classmethod
+    def create(
+        cls,
+        num_actors: int = 2,
+        processes_per_actor: int = 1,
+        *,
+        timeout_s: float = 5.0,
+        defaults: Mapping[str, Any] | None = None,
+        custom_domains: Mapping[str, str] | None = None,
+        max_restarts: int = 3,
+        actor_options: Mapping[str, Any] | None = None,
+    ) -> RewardActorPool:
+        opts = {"num_cpus": 1, "max_restarts": max_restarts, "max_task_retries": 0}
+        opts.update(actor_options or {})
+        actors = [
+            RewardActor.options(**opts).remote(
+                processes_per_actor, timeout_s, dict(defaults or {}), dict(custom_domains or {})
+            )
+            for _ in range(num_actors)
+        ]
+        return cls(actors)
+
+    @classmethod
+    def from_config(cls, cfg: Any, **kwargs: Any) -> RewardActorPool:
+        """Build from ``rlcs.config.RewardConfig``."""
+        return cls.create(
+            cfg.num_actors,
+            cfg.processes_per_actor,
+            timeout_s=cfg.timeout_s,
+            defaults=options_from_config(cfg),
+            custom_domains=cfg.custom_domains,
+            **kwargs,
+        )
+
+    def score(self, items: Sequence[Any], timeout_s: float | None = None) -> list[ScoreResult]:
+        """Score ``items`` (dicts or tuples, as ``rewards.score_batch``); results in order."""
+        n = len(items)
+        results: list[ScoreResult | None] = [None] * n
+        size = max(1, min(self.max_shard, math.ceil(n / (len(self.actors) * 4))))
+        queue: deque[tuple[range, int]] = deque(
+            (range(i, min(n, i + size)), 0) for i in range(0, n, size)
+        )
+        running: dict[Any, tuple[int, range, int]] = {}
+        load = [0] * len(self.actors)
+        while queue or running:
+            while queue and min(load) < self.in_flight:
+                actor = load.index(min(load))
+                shard, attempt = queue.popleft()
+                ref = self.actors[actor].score_batch.remote([items[i] for i in shard], timeout_s)
+                running[ref] = (actor, shard, attempt)
+                load[actor] += 1
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                actor, shard, attempt = running.pop(ref)
+                load[actor] -= 1
+                try:
+                    for i, res in zip(shard, ray.get(ref), strict=True):
+                        results[i] = res
+                except _ACTOR_FAILURES as e:
+                    if attempt == 0:
+                        self.retries += 1
+                        queue.append((shard, 1))
+                    else:
+                        reason = f"reward actor failed twice: {type(e).__name__}"
+                        for i in shard:
+                            results[i] = ScoreResult(0.0, False, None, "actor", reason)
+        return results  # type: ignore[return-value]
+
+    def counters(self) -> list[dict[str, dict[str, int]]]:
+        return ray.get([a.counters.remote() for a in self.actors])
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []

@@ -1,0 +1,68 @@
+"""The Ray reward-actor pool on a real local Ray: load balancing, and an actor killed mid-batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+GLM = "<think>t</think><answer><|begin_of_box|>{}<|end_of_box|></answer>"
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pool(ray_local):
+    from actors.reward import RewardActorPool
+
+    p = RewardActorPool.create(2, 1, timeout_s=5.0)
+    yield p
+    p.shutdown()
+
+
+def test_mixed_batch_is_scored_in_order_across_both_actors(pool):
+    items = []
+    for i in range(300):
+        items.append({"domain": "ocr", "response": GLM.format(f"word{i}"), "answer": f"word{i}"})
+        items.append(
+            {"domain": "math", "response": GLM.format(f"\\frac{{{i}}}{{2}}"), "answer": str(i / 2)}
+        )
+        items.append({"domain": "vqa", "response": GLM.format("no"), "answer": "yes"})
+    results = pool.score(items)
+    assert [r.reward for r in results] == [1.0, 1.0, 0.0] * 300
+    per_actor = [sum(c.get("items", 0) for c in counts.values()) for counts in pool.counters()]
+    assert all(n > 0 for n in per_actor) and sum(per_actor) == 900
+
+
+def test_an_actor_killed_mid_batch_loses_no_item(pool, ray_local):
+    from actors.reward import RewardActorPool
+
+    pid = ray_local.get(pool.actors[0].info.remote())["pid"]
+    # Symbolic items (each a SymPy simplification) keep both actors busy for a while.
+    items = [
+        {
+            "domain": "math",
+            "response": GLM.format(f"x^{{2}}+{k + 2}x+{k + 1}"),
+            "answer": f"(x+1)(x+{k + 1})",
+        }
+        for k in range(120)
+    ]
+    killer = threading.Timer(0.5, lambda: os.kill(pid, signal.SIGKILL))
+    killer.start()
+    small = RewardActorPool(pool.actors, max_shard=8)
+    results = small.score(items)
+    killer.join()
+    assert len(results) == 120
+    assert [r.reward for r in results] == [1.0] * 120
+    assert small.retries >= 1
+    # Ray restarted the actor: it scores again, in a new process.
+    assert ray_local.get(pool.actors[0].info.remote())["pid"] != pid
