@@ -27,6 +27,7 @@ GENERATORS: dict[str, type[TaskGenerator]] = {
     "gui": GuiTask,
 }
 SPLITS = ("rl_train", "heldout", "sft", "pretrain")
+IMAGE_SLOT = "<|begin_of_image|><|image|><|end_of_image|>"
 
 __all__ = ["GENERATORS", "Example", "TaskGenerator", "build_task_data", "generate"]
 
@@ -89,7 +90,8 @@ def build_task_data(
 
 def _row(split: str, item_id: str, image: str, ex: Example) -> dict:
     if split == "pretrain":
-        return {"id": item_id, "text": ex.caption, "images": [image]}
+        # the image placeholder goes where the image sits in the text; the processor expands it
+        return {"id": item_id, "text": f"{IMAGE_SLOT}{ex.caption}", "images": [image]}
     row = {"id": item_id, "domain": ex.domain, "prompt": ex.prompt, "images": [image], "answer": ex.answer,
            "meta": ex.meta}  # fmt: skip
     if split == "sft":
