@@ -53,7 +53,7 @@ def replay(iterations: int) -> Curriculum:
 
 def test_kill_during_save_then_restore_gives_the_last_complete_state(tmp_path: Path):
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(tmp_path), "0.03"],
+        [sys.executable, "-c", WRITER, str(tmp_path), "0.1"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -64,7 +64,7 @@ def test_kill_during_save_then_restore_gives_the_last_complete_state(tmp_path: P
             if kind == "saved":
                 saved = int(it)
             elif saved >= 2:  # "saving N+1": kill it mid-write
-                time.sleep(0.12)
+                time.sleep(0.3)  # the save now runs for 2 s (20 files, 0.1 s each)
                 os.kill(proc.pid, signal.SIGKILL)
                 break
     finally:
