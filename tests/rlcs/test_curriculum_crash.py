@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import Curriculum
@@ -51,6 +52,7 @@ def replay(iterations: int) -> Curriculum:
     return cur
 
 
+@pytest.mark.slow
 def test_kill_during_save_then_restore_gives_the_last_complete_state(tmp_path: Path):
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(tmp_path), "0.1"],
