@@ -27,6 +27,15 @@ def test_same_seed_same_examples(domain):
     assert [png(x.image) for x in a] != [png(x.image) for x in c]
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_sft_targets_earn_full_reward_from_the_verifiers(domain):
+    import rewards
+
+    for ex in generate(domain, 6, seed=1):
+        result = rewards.score(domain, ex.response(), ex.answer)
+        assert result.reward == 1.0, (ex.response(), ex.answer, result)
+
+
 def test_difficulty_knob_changes_the_task():
     easy = [ex.meta["expression"] for ex in generate("math", 20, seed=0, difficulty=(0.0, 0.0))]
     hard = [ex.meta["expression"] for ex in generate("math", 20, seed=0, difficulty=(1.0, 1.0))]
