@@ -37,8 +37,26 @@ class ModelConfig(Section):
         return self
 
 
+class SyntheticDataConfig(Section):
+    """Generate the run's data with :mod:`rlcs.tasks` instead of reading files."""
+
+    domains: list[Literal["math", "ocr", "grounding", "gui"]] = Field(
+        default_factory=lambda: ["math", "ocr", "grounding", "gui"]
+    )
+    sizes: dict[Literal["rl_train", "heldout", "sft", "pretrain"], int] = Field(
+        default_factory=dict
+    )
+    text_only: bool = Field(False, description="Put the task in the prompt text; no images.")
+    difficulty: tuple[float, float] = (0.0, 1.0)
+    seed: int = 0
+
+
 class DataConfig(Section):
     train: list[str] = Field(default_factory=list, description="JSONL or Parquet files.")
+    synthetic: SyntheticDataConfig | None = Field(
+        None,
+        description="Build synthetic task data into RUN_DIR/data and use its split for the stage.",
+    )
     eval: list[str] = Field(default_factory=list)
     domain_weights: dict[str, float] = Field(
         default_factory=dict, description="Fixed domain proportions; empty means by item count."

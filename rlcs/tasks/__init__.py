@@ -28,6 +28,7 @@ GENERATORS: dict[str, type[TaskGenerator]] = {
 }
 SPLITS = ("rl_train", "heldout", "sft", "pretrain")
 IMAGE_SLOT = "<|begin_of_image|><|image|><|end_of_image|>"
+TEXT_DOMAINS = ("math", "ocr")
 
 __all__ = ["GENERATORS", "Example", "TaskGenerator", "build_task_data", "generate"]
 
@@ -55,12 +56,18 @@ def build_task_data(
     seed: int = 0,
     difficulty: tuple[float, float] = (0.0, 1.0),
     progress: bool = True,
+    text_only: bool = False,
 ) -> dict[str, Path]:
     """Write ``rl_train.jsonl``, ``heldout.jsonl``, ``sft.jsonl`` and ``pretrain.jsonl`` (with
     their images) under ``out_dir``; return the path of each split.
 
-    ``sizes`` gives the number of examples per domain for each split.
+    ``sizes`` gives the number of examples per domain for each split. ``text_only`` writes the
+    task into the prompt and no images (for text-only models); only math and OCR can do that.
     """
+    if text_only and (bad := [d for d in domains if d not in TEXT_DOMAINS]):
+        raise ValueError(
+            f"text_only data can only be built for {', '.join(TEXT_DOMAINS)}, not {bad}"
+        )
     sizes = {"rl_train": 64, "heldout": 32, "sft": 64, "pretrain": 128, **(sizes or {})}
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -75,11 +82,13 @@ def build_task_data(
                 )
                 for i, ex in enumerate(examples):
                     item_id = f"{domain}-{split}-{i:05d}"
-                    rel = f"images/{item_id}.png"
-                    ex.image.save(out / rel)
-                    files[split].write(
-                        json.dumps(_row(split, item_id, rel, ex), ensure_ascii=False) + "\n"
-                    )
+                    if text_only:
+                        row = _text_row(split, item_id, ex)
+                    else:
+                        rel = f"images/{item_id}.png"
+                        ex.image.save(out / rel)
+                        row = _row(split, item_id, rel, ex)
+                    files[split].write(json.dumps(row, ensure_ascii=False) + "\n")
                     bar.update()
     finally:
         bar.close()
@@ -94,6 +103,21 @@ def _row(split: str, item_id: str, image: str, ex: Example) -> dict:
         return {"id": item_id, "text": f"{IMAGE_SLOT}{ex.caption}", "images": [image]}
     row = {"id": item_id, "domain": ex.domain, "prompt": ex.prompt, "images": [image], "answer": ex.answer,
            "meta": ex.meta}  # fmt: skip
+    if split == "sft":
+        row["response"] = ex.response()
+    return row
+
+
+def _text_row(split: str, item_id: str, ex: Example) -> dict:
+    if split == "pretrain":
+        return {"id": item_id, "text": f"{ex.text_prompt} {ex.reasoning}"}
+    row = {
+        "id": item_id,
+        "domain": ex.domain,
+        "prompt": ex.text_prompt,
+        "answer": ex.answer,
+        "meta": ex.meta,
+    }
     if split == "sft":
         row["response"] = ex.response()
     return row

@@ -31,6 +31,7 @@ class Example:
     reasoning: str  # short, correct chain of thought for SFT
     caption: str  # a description of the image for pretraining
     meta: dict[str, Any] = field(default_factory=dict)
+    text_prompt: str | None = None  # the task with the image's content written out, if it can be
 
     def response(self) -> str:
         """The SFT target in the recipe's format, with exactly one box."""

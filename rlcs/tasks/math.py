@@ -38,7 +38,8 @@ class MathTask(TaskGenerator):
             image=img,
             answer=str(value),
             answer_text=str(value),
-            reasoning=f"The image shows {expr}. {a} {spoken} {b} is {value}.",
+            reasoning=f"The expression is {expr}. {a} {spoken} {b} is {value}.",
             caption=f"An image of the arithmetic expression {expr}.",
             meta={"expression": expr, "difficulty": difficulty},
+            text_prompt=f"Compute the value of {expr}.",
         )

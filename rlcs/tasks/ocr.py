@@ -41,4 +41,5 @@ class OcrTask(TaskGenerator):
             reasoning=f"The characters are {', '.join(text)}.",
             caption=f"An image with the text {text} written on it.",
             meta={"difficulty": difficulty},
+            text_prompt=f"Repeat this code exactly: {text}",
         )

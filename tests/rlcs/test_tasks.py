@@ -63,3 +63,19 @@ def test_build_task_data_writes_loadable_splits(tmp_path):
     )
     pre = [json.loads(line) for line in paths["pretrain"].read_text().splitlines()]
     assert all(r["text"] and (tmp_path / r["images"][0]).is_file() for r in pre)
+
+
+def test_text_only_data_for_text_models(tmp_path):
+    sizes = {"rl_train": 2, "heldout": 1, "sft": 1, "pretrain": 1}
+    paths = build_task_data(
+        tmp_path, sizes=sizes, domains=("math", "ocr"), text_only=True, progress=False
+    )
+    items = load_items(paths["rl_train"])
+    assert all(not i.images for i in items)
+    math_item = next(i for i in items if i.domain == "math")
+    assert math_item.meta["expression"] in math_item.prompt
+    assert not (tmp_path / "images").exists() or not any((tmp_path / "images").iterdir())
+    with pytest.raises(ValueError, match="text_only data can only be built for math, ocr"):
+        build_task_data(
+            tmp_path, sizes=sizes, domains=("grounding",), text_only=True, progress=False
+        )
