@@ -74,7 +74,10 @@ function fillSelect(id, values, keepFirst) {
   select.value = keep ? current : select.options[0].value;
 }
 
+let itemsRequest = 0;
+
 async function loadItems() {
+  const mine = ++itemsRequest;  // filters change faster than answers come: draw only the latest
   const q = new URLSearchParams({
     q: document.getElementById("item-search").value,
     domain: document.getElementById("item-domain").value,
@@ -82,6 +85,7 @@ async function loadItems() {
     limit: "25",
   });
   const data = await api("api/items?" + q);
+  if (mine !== itemsRequest) return;
   const body = document.querySelector("#item-table tbody");
   body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td><td>${r.domain}</td>` +
     `<td>${r.tier}</td><td class="num">${r.attempts}</td>` +
