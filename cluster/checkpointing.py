@@ -1,0 +1,82 @@
+"""Whole-run checkpoints that a `kill -9` at any moment cannot tear.
+
+A checkpoint at step k is the learner's (``RUN_DIR/checkpoints/step_<k>/``: DeepSpeed state,
+RNG, data position) plus, in RL, the curriculum snapshot. The learner's is written first and
+the curriculum's second, and the curriculum's ``LATEST`` pointer is the commit point: resume
+takes the iteration of the curriculum's latest snapshot and loads the learner checkpoint of
+that same step, which exists because it was written before. Pretraining and SFT have no
+sampler, so the learner's ``latest`` pointer is the commit point there.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import ray
+
+from rlcs.config import Config
+
+_TAG = re.compile(r"^step_(\d{8})$")
+KEEP = 2
+
+
+def tag_of(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+class Checkpointer:
+    def __init__(self, run_dir: Path, cfg: Config):
+        self.run_dir, self.cfg = run_dir, cfg
+        self.root = run_dir / "checkpoints"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def steps(self) -> list[int]:
+        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _TAG.match(p.name)))
+
+    def resume_point(self) -> int:
+        """The step to continue after: 0 when nothing was checkpointed yet."""
+        if self.cfg.stage == "rl":
+            from rlcs.curriculum.persistence import load_curriculum
+
+            if not (self.run_dir / "curriculum").is_dir():
+                return 0
+            try:
+                step = load_curriculum(self.run_dir, attach=False).iteration
+            except FileNotFoundError:
+                return 0
+        else:
+            latest = self.root / "latest"
+            if not latest.is_file():
+                return 0
+            m = _TAG.match(latest.read_text().strip())
+            step = int(m.group(1)) if m else 0
+        if step and step not in self.steps():
+            raise FileNotFoundError(
+                f"{self.root}: the curriculum is at step {step} but no learner checkpoint "
+                f"{tag_of(step)} exists; the run directory is damaged"
+            )
+        return step
+
+    def restore(self, roles, step: int) -> None:
+        state = roles.learner.load_checkpoint(self.root, tag_of(step))
+        if state and state.get("step") != step:
+            raise RuntimeError(f"checkpoint {tag_of(step)} holds step {state.get('step')}")
+
+    def maybe_save(self, roles, step: int) -> None:
+        every, last = self.cfg.run.save_every, self._last_step()
+        if (every and step % every == 0) or step == last:
+            self.save(roles, step)
+
+    def save(self, roles, step: int) -> None:
+        roles.learner.save_checkpoint(
+            self.root, tag_of(step), {"step": step, "stage": self.cfg.stage}
+        )
+        if roles.sampler is not None:
+            ray.get(roles.sampler.save.remote())
+        for old in self.steps()[:-KEEP]:
+            shutil.rmtree(self.root / tag_of(old), ignore_errors=True)
+
+    def _last_step(self) -> int:
+        return self.cfg.run.iterations if self.cfg.stage == "rl" else self.cfg.learner.steps

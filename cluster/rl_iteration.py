@@ -1,0 +1,144 @@
+"""One RL iteration, phase by phase, and the metrics it reports.
+
+The phases are timed separately (generate, reward, sampler, learn, sync); whatever wall time
+is left over is the orchestration overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import ray
+
+from rlcs.config import Config
+from rlcs.data import Item, Trajectory, decode_image
+
+PHASES = ("generate", "reward", "sampler", "learn", "sync")
+
+
+@dataclass
+class IterationResult:
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def timed(timings: dict[str, float], phase: str):
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
+
+
+def score(rewards: Any, trajs: list[Trajectory], items: dict[str, Item], timeout_s: float) -> None:
+    """Score every trajectory on the reward pool, in place."""
+    requests = [
+        {
+            "domain": items[t.item_id].domain,
+            "response": t.response,
+            "answer": items[t.item_id].answer,
+        }
+        for t in trajs
+    ]
+    for t, res in zip(trajs, rewards.score(requests, timeout_s=timeout_s), strict=True):
+        t.reward = float(res.reward)
+        t.reward_detail = {
+            "format_ok": res.format_ok,
+            "extracted": res.extracted,
+            "error": res.error,
+        }
+
+
+def learner_batch(
+    trajs: list[Trajectory], selected: set[str], items: dict[str, Item]
+) -> list[dict]:
+    """The selected groups as the learner takes them, with their images opened."""
+    batch = []
+    for t in trajs:
+        if t.item_id in selected:
+            row = t.to_dict()
+            row["images"] = [decode_image(ref, Path("/")) for ref in items[t.item_id].images]
+            batch.append(row)
+    return batch
+
+
+def run_iteration(
+    cfg: Config, roles: Any, items: dict[str, Item], iteration: int
+) -> IterationResult:
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    with timed(timings, "sampler"):
+        ids = ray.get(roles.sampler.next_batch.remote(cfg.run.prompts_per_iteration))
+    with timed(timings, "generate"):
+        trajs = roles.rollout.generate([items[i] for i in ids], step=iteration)
+    with timed(timings, "reward"):
+        score(roles.rewards, trajs, items, cfg.reward.timeout_s)
+    groups: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        groups[t.item_id].append(t.reward)
+    with timed(timings, "sampler"):
+        report = ray.get(roles.sampler.report.remote(dict(groups)))
+    selected = set(report["selected"])
+    learn: dict[str, Any] = {}
+    if selected:
+        with timed(timings, "learn"):
+            learn = roles.learner.train_step("rl", learner_batch(trajs, selected, items))
+        with timed(timings, "sync"):
+            sync = roles.learner.push_weights(roles.transport)
+        timings["sync_transfer"] = sync.seconds
+    with timed(timings, "sampler"):
+        ray.get(roles.sampler.end_iteration.remote())
+        stats = ray.get(roles.sampler.stats.remote())
+    wall = time.perf_counter() - t_start
+    metrics = _metrics(trajs, items, report, learn, stats, timings, wall)
+    samples = [
+        {**t.to_dict(), "domain": items[t.item_id].domain, "selected": t.item_id in selected}
+        for t in trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
+    ]
+    return IterationResult(metrics, samples, timings)
+
+
+def _metrics(trajs, items, report, learn, stats, timings, wall) -> dict[str, float]:
+    m: dict[str, float] = {}
+    rewards = [t.reward for t in trajs]
+    m["reward/mean"] = fmean(rewards) if rewards else 0.0
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        by_domain[items[t.item_id].domain].append(t.reward)
+    for d, rs in sorted(by_domain.items()):
+        m[f"reward/{d}"] = fmean(rs)
+        m[f"pass_rate/{d}"] = fmean(1.0 if r >= 1.0 else 0.0 for r in rs)
+    m["reward/errors"] = float(
+        sum(1 for t in trajs if t.reward_detail.get("error") not in (None, "format"))
+    )
+    m["reward/format_fail"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
+    m["response/length"] = fmean(len(t.token_ids) for t in trajs) if trajs else 0.0
+    m["response/forced_answer_rate"] = (
+        fmean(float(t.forced_answer) for t in trajs) if trajs else 0.0
+    )
+    m["curriculum/groups"] = float(report["groups"])
+    m["curriculum/valid_fraction"] = report["valid_groups"] / max(1, report["groups"])
+    m["curriculum/selected"] = float(len(report["selected"]))
+    m["curriculum/expansion_ratio"] = float(stats["expansion_ratio"])
+    m["curriculum/expansion_ema"] = float(stats["expansion_ema"])
+    for tier, count in stats["tiers"].items():
+        m[f"curriculum/tier/{tier}"] = float(count)
+    for key in ("loss", "tokens", "clipped", "grad_norm", "lr"):
+        if isinstance(learn.get(key), (int, float)):
+            m[key] = float(learn[key])
+    tokens = sum(len(t.token_ids) for t in trajs)
+    m["generate/tokens_per_s"] = tokens / max(timings.get("generate", 0.0), 1e-9)
+    for phase in PHASES:
+        m[f"time/{phase}"] = timings.get(phase, 0.0)
+    m["time/sync_transfer"] = timings.get("sync_transfer", 0.0)
+    m["time/iteration"] = wall
+    m["time/overhead_share"] = max(0.0, wall - sum(timings.get(p, 0.0) for p in PHASES)) / wall
+    return m

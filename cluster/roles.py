@@ -1,0 +1,103 @@
+"""Start the run's Ray actors on their placement groups, and stop them again.
+
+One call away from the driver: ``start_roles`` reserves the bundles (``cluster.placement``),
+then starts the learner ranks, the rollout workers, the reward-actor pool and the curriculum
+sampler, and binds the weight transport between learner and rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.learner_group import LearnerGroup
+from actors.reward import RewardActor, RewardActorPool, options_from_config
+from actors.rollout.group import RolloutGroup
+from actors.rollout.worker import RolloutWorker
+from actors.sampler import CurriculumSampler
+from actors.weights import make_transport
+from cluster.placement import Placement, create_placement
+from rlcs.config import Config
+from rlcs.data import Item
+
+
+@dataclass
+class Roles:
+    placement: Placement
+    learner: LearnerGroup
+    rollout: RolloutGroup | None = None
+    rewards: RewardActorPool | None = None
+    sampler: Any = None
+    transport: Any = None
+
+    def shutdown(self) -> None:
+        for part in (self.learner, self.rewards):
+            if part is not None:
+                part.shutdown()
+        if self.rollout is not None:
+            for w in self.rollout.workers:
+                ray.kill(w, no_restart=True)
+        if self.sampler is not None:
+            ray.kill(self.sampler)
+        self.placement.remove()
+
+
+def start_roles(
+    cfg: Config, model_path: Path, run_dir: Path, items: list[Item] | None, resume: bool
+) -> Roles:
+    """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
+    placement = create_placement(cfg if cfg.stage == "rl" else _learner_only(cfg))
+    learner = LearnerGroup(
+        cfg,
+        model_path,
+        num_cpus_per_rank=placement.options("learner", 0)["num_cpus"],
+        placement_group=placement.groups["learner"],
+    )
+    roles = Roles(placement, learner)
+    if cfg.stage != "rl":
+        return roles
+    workers = [
+        RolloutWorker.options(**placement.options("rollout", i), max_restarts=1).remote(
+            str(model_path), cfg.rollout.model_dump(), worker_index=i
+        )
+        for i in range(cfg.rollout.num_workers)
+    ]
+    roles.rewards = RewardActorPool(
+        [
+            RewardActor.options(
+                **placement.options("reward", i), max_restarts=3, max_task_retries=0
+            ).remote(
+                cfg.reward.processes_per_actor,
+                cfg.reward.timeout_s,
+                options_from_config(cfg.reward),
+                dict(cfg.reward.custom_domains),
+            )
+            for i in range(cfg.reward.num_actors)
+        ]
+    )
+    roles.sampler = CurriculumSampler.options(max_restarts=0).remote(
+        str(run_dir),
+        items=None if resume else items,
+        config=cfg.curriculum,
+        domain_weights=cfg.data.domain_weights,
+        resume=resume,
+    )
+    ray.get([w.ready.remote() for w in workers])
+    roles.rollout = RolloutGroup(workers)
+    roles.transport = make_transport(
+        cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
+    )
+    return roles
+
+
+def _learner_only(cfg: Config) -> Config:
+    """Pretrain and SFT reserve no rollout or reward bundles."""
+    return cfg.model_copy(
+        update={
+            "rollout": cfg.rollout.model_copy(update={"num_workers": 0}),
+            "reward": cfg.reward.model_copy(update={"num_actors": 0}),
+        }
+    )

@@ -1,0 +1,130 @@
+"""The run's model and data: where the model comes from, and each stage's examples.
+
+- RL reads items (``rlcs.data``); pretraining reads ``{"text", "images"?}`` rows and SFT
+  ``{"prompt", "response", "images"?}`` rows, from JSONL files.
+- With ``data.synthetic`` set, the task generators write the data into ``RUN_DIR/data`` first,
+  and the stage reads its split (rl_train, pretrain or sft) from there.
+- Supervised batches come from a seeded, epoch-by-epoch shuffle, so step ``s`` always sees the
+  same examples: resuming at step ``s`` is just starting the stream there.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlcs.config import Config
+from rlcs.data import DatasetError, Item, decode_image, load_items
+
+SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
+
+
+@dataclass
+class StageData:
+    items: list[Item] = field(default_factory=list)  # rl
+    rows: list[dict[str, Any]] = field(default_factory=list)  # pretrain / sft
+    eval_items: list[Item] = field(default_factory=list)
+
+    def by_id(self) -> dict[str, Item]:
+        return {it.id: it for it in self.items}
+
+
+def resolve_model(cfg: Config, run_dir: Path) -> Path:
+    """The HF directory the learner and engines load: ``model.path``, or a tiny model built
+    once into ``RUN_DIR/model``."""
+    if cfg.model.path:
+        path = Path(cfg.model.path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model.path {path}: no config.json; not an HF model directory")
+        return path
+    from rlcs.models import build_tiny_text_model, build_tiny_vlm
+
+    path = run_dir / "model"
+    if not (path / "config.json").is_file():
+        build = build_tiny_vlm if cfg.model.tiny == "vlm" else build_tiny_text_model
+        build(path, seed=cfg.run.seed, dtype=cfg.model.dtype)
+    return path
+
+
+def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(train files, eval files) for the config's stage, building synthetic data if asked."""
+    syn = cfg.data.synthetic
+    if syn is None:
+        if not cfg.data.train:
+            raise DatasetError(
+                "<config>", None, "data.train is empty and data.synthetic is not set"
+            )
+        return [Path(p) for p in cfg.data.train], [Path(p) for p in cfg.data.eval]
+    out = run_dir / "data"
+    marker = out / "done.json"
+    want = syn.model_dump(mode="json")
+    if not marker.is_file() or json.loads(marker.read_text()) != want:
+        from rlcs.tasks import build_task_data
+
+        build_task_data(out, sizes=dict(syn.sizes), domains=tuple(syn.domains), seed=syn.seed,
+                        difficulty=tuple(syn.difficulty), text_only=syn.text_only)  # fmt: skip
+        marker.write_text(json.dumps(want))
+    return [out / f"{SPLIT_OF_STAGE[cfg.stage]}.jsonl"], [out / "heldout.jsonl"]
+
+
+def absolute_images(item: Item, base: Path) -> Item:
+    """The item with image paths made absolute, so any worker on any node can open them."""
+    if not item.images:
+        return item
+    refs = [
+        str((base / r).resolve()) if not r.startswith("data:") and (base / r).is_file() else r
+        for r in item.images
+    ]
+    return item.model_copy(update={"images": refs})
+
+
+def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
+    train, evals = data_files(cfg, run_dir)
+    if cfg.stage == "rl":
+        items = [absolute_images(it, p.parent) for p in train for it in load_items(p)]
+        eval_items = [absolute_images(it, p.parent) for p in evals for it in load_items(p)]
+        return StageData(items=items, eval_items=eval_items)
+    rows = [row for p in train for row in _read_rows(p, cfg.stage)]
+    if not rows:
+        raise DatasetError(train[0], None, f"no {cfg.stage} examples")
+    return StageData(rows=rows)
+
+
+def _read_rows(path: Path, stage: str) -> list[dict[str, Any]]:
+    need = ("text",) if stage == "pretrain" else ("prompt", "response")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(path, lineno, f"invalid JSON: {e.msg}") from None
+            missing = [k for k in need if not isinstance(row.get(k), str)]
+            if missing:
+                raise DatasetError(path, lineno, f"a {stage} row needs {', '.join(missing)}")
+            row["_base"] = str(path.parent)
+            rows.append(row)
+    return rows
+
+
+def supervised_batch(rows: list[dict[str, Any]], step: int, batch: int, seed: int) -> list[dict]:
+    """Rows of step ``step`` (0-based) with their images opened; epoch-wise seeded shuffle."""
+    n = len(rows)
+    orders: dict[int, list[int]] = {}
+    out = []
+    for k in range(step * batch, (step + 1) * batch):
+        epoch, pos = divmod(k, n)
+        if epoch not in orders:
+            orders[epoch] = list(range(n))
+            random.Random(seed * 100_003 + epoch).shuffle(orders[epoch])
+        row = rows[orders[epoch][pos]]
+        base = Path(row["_base"])
+        ex = {k: v for k, v in row.items() if not k.startswith("_") and k != "images"}
+        ex["images"] = [decode_image(ref, base) for ref in row.get("images", [])]
+        out.append(ex)
+    return out

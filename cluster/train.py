@@ -1,0 +1,129 @@
+"""`rlcs train CONFIG`: the driver. Pretraining, SFT and RL run through this one entry point.
+
+Each RL iteration: ask the sampler for prompts, generate, score on the reward pool, report the
+outcomes, train on the selected (balanced) groups, push the weights, write metrics, and
+checkpoint on schedule (see ``cluster.rl_iteration`` for the phases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import ray
+from tqdm import tqdm
+
+from cluster.checkpointing import Checkpointer
+from cluster.rl_iteration import run_iteration
+from cluster.roles import Roles, start_roles
+from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
+from rlcs.config import Config, ConfigError, load_config, write_resolved
+from rlcs.report import write_report
+from rlcs.runlog import RunLog
+
+
+def train(cfg: Config, resume: bool = False) -> Path:
+    run_dir = prepare_run_dir(cfg, resume)
+    connect_ray(cfg)
+    data = load_stage_data(cfg, run_dir)
+    model_path = resolve_model(cfg, run_dir)
+    ckpt = Checkpointer(run_dir, cfg)
+    start = ckpt.resume_point() if resume else 0
+    roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
+    try:
+        if start:
+            ckpt.restore(roles, start)
+        with RunLog(run_dir, resume_step=start if resume else None) as log:
+            if cfg.stage == "rl":
+                run_rl(cfg, roles, data, log, ckpt, start)
+            else:
+                run_supervised(cfg, roles, data, log, ckpt, start)
+        roles.learner.export_hf(run_dir / "hf")
+        write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
+    finally:
+        roles.shutdown()
+    return run_dir
+
+
+def run_rl(
+    cfg: Config, roles: Roles, data: StageData, log: RunLog, ckpt: Checkpointer, start: int
+) -> None:
+    items = data.by_id()
+    if start:
+        roles.learner.push_weights(roles.transport)  # engines start from the base weights
+    bar = tqdm(
+        range(start, cfg.run.iterations),
+        desc="rl",
+        unit="iter",
+        initial=start,
+        total=cfg.run.iterations,
+    )
+    for it in bar:
+        res = run_iteration(cfg, roles, items, it)
+        log.log(it + 1, res.metrics, stage="rl")
+        log.samples(it + 1, res.samples)
+        m = res.metrics
+        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", valid=f"{m['curriculum/valid_fraction']:.2f}",
+                        tok_s=f"{m['generate/tokens_per_s']:.0f}", step_s=f"{m['time/iteration']:.1f}")  # fmt: skip
+        ckpt.maybe_save(roles, it + 1)
+
+
+def run_supervised(
+    cfg: Config, roles: Roles, data: StageData, log: RunLog, ckpt: Checkpointer, start: int
+) -> None:
+    steps, batch = cfg.learner.steps, cfg.learner.global_batch
+    bar = tqdm(range(start, steps), desc=cfg.stage, unit="step", initial=start, total=steps)
+    for step in bar:
+        rows = supervised_batch(data.rows, step, batch, cfg.run.seed)
+        out = roles.learner.train_step(cfg.stage, rows)
+        metrics = {k: float(v) for k, v in out.items() if isinstance(v, (int, float))}
+        metrics["tokens_per_s"] = out["tokens"] / max(out["step_s"], 1e-9)
+        log.log(step + 1, metrics, stage=cfg.stage)
+        bar.set_postfix(loss=f"{out['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+        ckpt.maybe_save(roles, step + 1)
+
+
+def prepare_run_dir(cfg: Config, resume: bool) -> Path:
+    run_dir = cfg.run_dir
+    if (
+        not resume
+        and (run_dir / "checkpoints").exists()
+        and any((run_dir / "checkpoints").iterdir())
+    ):
+        raise FileExistsError(
+            f"{run_dir} already holds a run with checkpoints; pass --resume to continue it, or "
+            f"--set run.name=<new name> to start another"
+        )
+    if resume and not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
+    write_resolved(cfg, run_dir)
+    return run_dir
+
+
+def connect_ray(cfg: Config) -> None:
+    """Join the cluster named by the config or RAY_ADDRESS (as under `ray job submit`), else
+    start a local one."""
+    if ray.is_initialized():
+        return
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(address="local", include_dashboard=False)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"rlcs train: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_dir = train(cfg, resume=args.resume)
+    except (FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"rlcs train: {e}", file=sys.stderr)
+        return 2
+    print(f"run finished: {run_dir} (report: {run_dir / 'report.md'})")
+    return 0
