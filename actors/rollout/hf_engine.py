@@ -54,7 +54,13 @@ class HFEngine:
         # pass (GLM-4.1V counts them), so a VLM never emits them.
         ids = self.tokenizer.convert_tokens_to_ids
         self.suppress = [ids("<|image|>"), ids("<|video|>")] if self.vlm else None
-        self._staged = StagedWeights()
+        live = self.model.state_dict()
+        # Same dtype and shape: the live parameter can be checksummed after the load.
+        self._staged = StagedWeights(
+            lambda name, t: (
+                name in live and live[name].dtype == t.dtype and live[name].shape == t.shape
+            )
+        )
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
         if not images:
@@ -111,26 +117,25 @@ class HFEngine:
     @torch.inference_mode()
     def commit_weights(self, version: str) -> dict[str, Any]:
         """Copy staged tensors into the model, then read every one back for its checksum."""
-        if self._staged.version != version:
-            raise RuntimeError(
-                f"commit of weights version {version}, but staged {self._staged.version}"
-            )
+        staged = self._staged
+        if staged.version != version:
+            raise RuntimeError(f"commit of weights version {version}, but staged {staged.version}")
         params = dict(self.model.named_parameters())  # tied weights appear once
-        state = dict(self._staged.consume())
-        unknown = sorted(set(state) - set(self.model.state_dict()))
+        state = dict(staged.consume())
+        live = self.model.state_dict()
+        unknown = sorted(set(state) - set(live))
         if unknown:
-            self._staged.clear()
+            staged.clear()
             raise KeyError(f"HF engine has no parameters named {unknown[:5]}")
         self.model.load_state_dict(state, strict=False)
-        checksums = dict(self._staged.checksums)
+        checksums = dict(staged.checksums)
         readback = 0
-        live = self.model.state_dict()
-        for name in checksums:
-            if live[name].dtype == state[name].dtype:
+        for name in state:
+            if name not in checksums:
                 checksums[name] = tensor_checksum(live[name])
                 readback += 1
         missing = sorted(set(params) - set(state))
-        self._staged.clear()
+        staged.clear()
         return {"checksums": checksums, "missing": missing, "readback": readback}
 
     def sleep(self) -> None:

@@ -155,18 +155,21 @@ class WeightTransport(ABC):
         pending: list[Any] = []
         try:
             for bucket in iter_buckets(dedupe_tied(named_tensors, skipped), self.bucket_bytes):
-                tc = time.perf_counter()
-                for name, t in bucket:
+                for name, _ in bucket:
                     if name in expected:
                         raise WeightSyncError(f"tensor {name!r} pushed twice in one sync")
-                    expected[name] = tensor_checksum(t)
-                    order.append(name)
-                    nbytes += t.numel() * t.element_size()
-                t_checksum += time.perf_counter() - tc
+                    expected[name] = ""
                 # Wait for the previous bucket before sending the next: bounds memory to ~2 buckets.
                 ray.get(pending, timeout=self.timeout_s)
                 pending = self._send_bucket(bucket, nbuckets)
                 nbuckets += 1
+                # Checksum while the engines take the bucket in.
+                tc = time.perf_counter()
+                for name, t in bucket:
+                    expected[name] = tensor_checksum(t)
+                    order.append(name)
+                    nbytes += t.numel() * t.element_size()
+                t_checksum += time.perf_counter() - tc
             ray.get(pending, timeout=self.timeout_s)
             t_sent = time.perf_counter()
             try:
@@ -183,6 +186,7 @@ class WeightTransport(ABC):
             self._cleanup()
         t_commit = time.perf_counter()
         readback = on_load = 0
+        engine_phases: dict[str, float] = {}
         for i, res in enumerate(results):
             worker = f"rollout worker {i}"
             if res.get("missing"):
@@ -191,6 +195,8 @@ class WeightTransport(ABC):
                 )
             compare_checksums(expected, res["checksums"], worker, order)
             readback += res.get("readback", 0)
+            for k, v in res.get("timings", {}).items():
+                engine_phases[f"engine_{k}"] = max(engine_phases.get(f"engine_{k}", 0.0), v)
             on_load += len(res["checksums"]) - res.get("readback", 0)
         return SyncReport(
             seconds=time.perf_counter() - t0,
@@ -206,6 +212,7 @@ class WeightTransport(ABC):
                 "learner_checksum": t_checksum,
                 "send": t_sent - t0 - t_checksum,
                 "load_and_verify": t_commit - t_sent,
+                **engine_phases,
             },
         )
 

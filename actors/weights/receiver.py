@@ -6,7 +6,8 @@ engine. No Ray here: the vLLM engine core is not a Ray worker.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -28,34 +29,52 @@ def decode(kind: str, payload: Any) -> tuple[list[tuple[str, torch.Tensor]], Any
 
 
 class StagedWeights:
-    """Buckets of one push, held until ``commit`` loads them in a single pass."""
+    """Buckets of one push, held until the engine loads them all in a single pass.
 
-    def __init__(self) -> None:
+    Checksums are taken when a bucket arrives, so they overlap with the learner preparing the
+    next one, except for tensors the engine can read back from its live parameters after the
+    load (``readable``): those are checksummed from the engine itself, which proves more.
+    ``consume`` feeds the engine's loader and records what it actually took.
+    """
+
+    def __init__(self, readable: Callable[[str, torch.Tensor], bool] | None = None) -> None:
+        self.readable = readable or (lambda name, t: False)
         self.version: str | None = None
         self._tensors: list[tuple[str, torch.Tensor]] = []
         self._keepalive: list[Any] = []
         self.checksums: dict[str, str] = {}
+        self.consumed: set[str] = set()
+        self.checksum_seconds = 0.0
 
-    def stage(self, kind: str, payload: Any, version: str) -> int:
+    def _start(self, version: str) -> None:
         if self.version != version:
             self.clear()
             self.version = version
+
+    def stage(self, kind: str, payload: Any, version: str) -> int:
         tensors, keep = decode(kind, payload)
-        self._tensors.extend(tensors)
         self._keepalive.append(keep)
+        self.add(tensors, version)
         return len(tensors)
 
     def add(self, tensors: list[tuple[str, torch.Tensor]], version: str) -> None:
-        if self.version != version:
-            self.clear()
-            self.version = version
+        self._start(version)
+        t0 = time.perf_counter()
+        for name, t in tensors:
+            if not self.readable(name, t):
+                self.checksums[name] = tensor_checksum(t)
+        self.checksum_seconds += time.perf_counter() - t0
         self._tensors.extend(tensors)
 
     def consume(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield staged tensors, checksumming each as the engine's loader takes it."""
         for name, t in self._tensors:
-            self.checksums[name] = tensor_checksum(t)
+            self.consumed.add(name)
             yield name, t
+
+    def check_consumed(self) -> None:
+        left = [n for n, _ in self._tensors if n not in self.consumed]
+        if left:
+            raise RuntimeError(f"the engine's loader did not take {len(left)} tensors: {left[:5]}")
 
     def names(self) -> list[str]:
         return [n for n, _ in self._tensors]
@@ -64,4 +83,6 @@ class StagedWeights:
         self._tensors.clear()
         self._keepalive.clear()
         self.checksums = {}
+        self.consumed = set()
+        self.checksum_seconds = 0.0
         self.version = None

@@ -8,6 +8,7 @@ alone would leave stale packed weights (FACTS.md).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actors.weights.base import tensor_checksum
@@ -17,16 +18,26 @@ from actors.weights.receiver import StagedWeights
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; ``self.model_runner`` is vLLM's."""
 
-    def rlcs_stage_weights(self, kind: str, payload: Any, version: str) -> int:
+    def _rlcs_stage(self) -> StagedWeights:
         if not hasattr(self, "_rlcs_staged"):
-            self._rlcs_staged = StagedWeights()
+            params = dict(self.model_runner.get_model().named_parameters())
+
+            def readable(name: str, t) -> bool:
+                p = params.get(name)
+                return p is not None and p.numel() > 0 and p.shape == t.shape and p.dtype == t.dtype
+
+            self._rlcs_staged = StagedWeights(readable)
+        return self._rlcs_staged
+
+    def rlcs_stage_weights(self, kind: str, payload: Any, version: str) -> int:
+        staged = self._rlcs_stage()
         if kind == "nccl":
             from actors.weights.nccl import receive
 
             tensors = receive(self._rlcs_comm, payload)
-            self._rlcs_staged.add(tensors, version)
+            staged.add(tensors, version)
             return len(tensors)
-        return self._rlcs_staged.stage(kind, payload, version)
+        return staged.stage(kind, payload, version)
 
     def rlcs_init_weight_group(
         self, kind: str, address: str, port: int, rank_offset: int, world_size: int
@@ -40,16 +51,16 @@ class WeightSyncExtension:
     def rlcs_commit_weights(self, version: str) -> dict[str, Any]:
         """Load every staged tensor at once; return per-tensor checksums and uncovered params.
 
-        Checksums are read back from the live parameter where vLLM keeps it in the sent layout
-        (embeddings, norms, and every unfused weight); fused or repacked ones (q/k/v, gate/up
-        and CPU-packed linears) are checksummed as the loader consumed them.
+        Tensors that vLLM keeps in the sent layout (embeddings, norms, lm_head) are checksummed
+        from the live parameters after the load. Fused or repacked ones (q/k/v, gate/up, and
+        every linear that vLLM CPU repacks for its GEMM kernels, which keeps no readable copy)
+        were checksummed on arrival, and the loader must have taken every one of them.
         """
-        staged: StagedWeights = getattr(self, "_rlcs_staged", StagedWeights())
+        staged = self._rlcs_stage()
         if staged.version != version:
             raise RuntimeError(f"commit of weights version {version}, but staged {staged.version}")
         model = self.model_runner.get_model()
-        params = dict(model.named_parameters())
-        loaded = set()
+        loaded: set[str] = set()
         original = model.load_weights
 
         def load_and_record(weights):
@@ -59,29 +70,36 @@ class WeightSyncExtension:
             return out
 
         model.load_weights = load_and_record
+        t0 = time.perf_counter()
         try:
             self.model_runner.reload_weights(weights_iterator=staged.consume())
+            staged.check_consumed()
         finally:
             del model.load_weights
+        t1 = time.perf_counter()
+        live = dict(model.named_parameters())
         checksums = dict(staged.checksums)
         readback = 0
-        for name in checksums:
-            p = params.get(name)
-            if p is not None and p.numel() and checksums[name].endswith(_shape_suffix(p)):
-                live = tensor_checksum(p.data)
-                if live.split(":")[1] == checksums[name].split(":")[1]:
-                    checksums[name] = live
-                    readback += 1
-        missing = sorted(set(params) - loaded) if loaded else []
+        for name in staged.names():
+            if name not in checksums and name in live:
+                checksums[name] = tensor_checksum(live[name].data)
+                readback += 1
+        missing = sorted(set(live) - loaded) if loaded else []
+        timings = {
+            "stage_checksum": staged.checksum_seconds,
+            "load": t1 - t0,
+            "readback": time.perf_counter() - t1,
+        }
         staged.clear()
-        return {"checksums": checksums, "missing": missing, "readback": readback}
+        return {
+            "checksums": checksums,
+            "missing": missing,
+            "readback": readback,
+            "timings": timings,
+        }
 
     def rlcs_param_checksums(self) -> dict[str, str]:
         """Checksums of the live parameters, by vLLM name (for tests and debugging)."""
         return {
             n: tensor_checksum(p.data) for n, p in self.model_runner.get_model().named_parameters()
         }
-
-
-def _shape_suffix(p) -> str:
-    return ":" + "x".join(str(s) for s in p.shape)

@@ -1,0 +1,151 @@
+"""Weight sync, learner to live engine, on CPU: seconds and effective GB/s per push.
+
+Models: the tiny text LM (into vLLM), the tiny GLM-4.1V VLM (into the HF engine: vLLM CPU
+cannot serve it here), and a >=100M-parameter Llama built from config (into vLLM). For each,
+the learner is an HF model in this process whose weights differ from the engine's; a push
+is timed end to end (bucketing, transfer, load into the live engine, per-tensor checksum
+comparison). After the last push of the large model, the engine's greedy tokens are compared
+with transformers' greedy tokens on the learner's weights.
+
+    python benchmarks/weight_sync.py [--transport shm|cpu_bytes] [--bucket-mb 256] [--repeats 3]
+
+Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the large model
+(median push over ``--repeats``, after one warm-up push).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+LARGE = dict(
+    hidden_size=1024,
+    intermediate_size=2048,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+    tie_word_embeddings=False,
+)
+
+
+def build_large(path: Path) -> Path:
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from rlcs.models import _special_ids
+    from rlcs.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    special = _special_ids(tok)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**LARGE, **special))
+    model.generation_config = GenerationConfig(**special)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def trained(path: Path, cls_name: str = "AutoModelForCausalLM", seed: int = 1):
+    """The learner: the model with its weights moved, so a push really changes the engine."""
+    import transformers
+
+    model = getattr(transformers, cls_name).from_pretrained(path, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    return model
+
+
+def time_pushes(worker, model, transport: str, bucket_mb: float, repeats: int):
+    from actors.weights import make_transport
+
+    tp = make_transport(transport, [worker], bucket_mb=bucket_mb)
+    warm = tp.push(model.named_parameters())
+    reports = [tp.push(model.named_parameters()) for _ in range(repeats)]
+    return warm, reports
+
+
+def show(label: str, params: int, warm, reports) -> float:
+    secs = statistics.median(r.seconds for r in reports)
+    phases = {
+        k: round(statistics.median(r.phase_seconds[k] for r in reports), 3)
+        for k in reports[0].phase_seconds
+    }
+    print(
+        f"INFO {label}: params={params} bytes={reports[0].bytes} buckets={reports[0].buckets} "
+        f"first_push_s={warm.seconds:.3f} median_s={secs:.3f} gb_per_s={reports[0].bytes / secs / 1e9:.3f} "
+        f"checksum_ok={int(all(r.checksum_ok for r in reports))} readback={reports[0].verified_readback}/"
+        f"{reports[0].tensors} phases={phases}",
+        flush=True,
+    )
+    return secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--transport", default="shm", choices=["shm", "cpu_bytes"])
+    ap.add_argument("--bucket-mb", type=float, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-tiny", action="store_true")
+    args = ap.parse_args()
+
+    import ray
+
+    from actors.rollout import RolloutWorker
+    from rlcs.models import build_tiny_text_model, build_tiny_vlm
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tmp = Path(tempfile.mkdtemp(prefix="rlcs-bench-sync-"))
+    vllm_cfg = dict(
+        engine="vllm", n=1, max_think_tokens=16, max_answer_tokens=8, gpu_memory_utilization=0.05
+    )
+    if not args.skip_tiny:
+        text = build_tiny_text_model(tmp / "text")
+        w = RolloutWorker.remote(str(text), vllm_cfg)
+        m = trained(text)
+        show(f"tiny-text->vllm/{args.transport}", sum(p.numel() for p in m.parameters()),
+             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip
+        ray.kill(w)
+        vlm = build_tiny_vlm(tmp / "vlm")
+        w = RolloutWorker.remote(str(vlm), dict(vllm_cfg, engine="hf"))
+        m = trained(vlm, "Glm4vForConditionalGeneration")
+        show(f"tiny-vlm->hf/{args.transport}", sum(p.numel() for p in m.parameters()),
+             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip
+        ray.kill(w)
+
+    large = build_large(tmp / "large")
+    # On CPU this is the share of RAM for weights + KV cache; the large model needs more.
+    w = RolloutWorker.remote(str(large), dict(vllm_cfg, gpu_memory_utilization=0.12))
+    ray.get(w.ready.remote())
+    m = trained(large)
+    params = sum(p.numel() for p in m.parameters())
+    warm, reports = time_pushes(w, m, args.transport, args.bucket_mb, args.repeats)
+    secs = show(f"llama-{params / 1e6:.0f}M->vllm/{args.transport}", params, warm, reports)
+
+    from rlcs.tokenizer import build_tokenizer, stop_token_ids
+
+    items = [{"id": "g", "domain": "math", "prompt": "Count to ten."}]
+    traj = ray.get(w.generate.remote(items, step=0, temperature=0.0))[0]
+    ids = torch.tensor([traj.prompt_token_ids])
+    with torch.no_grad():
+        out = m.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                         eos_token_id=stop_token_ids(build_tokenizer()), pad_token_id=0)  # fmt: skip
+    hf_tokens = out[0, ids.shape[1] :].tolist()
+    greedy_equal = traj.token_ids[: len(hf_tokens)] == hf_tokens
+    print(f"INFO greedy tokens after sync: engine={traj.token_ids[:16]} transformers={hf_tokens} "
+          f"equal={int(greedy_equal)}", flush=True)  # fmt: skip
+    ok = int(all(r.checksum_ok for r in reports) and greedy_equal)
+    ray.shutdown()
+    print(
+        f"RESULT params={params} seconds={secs:.3f} gb_per_s={reports[0].bytes / secs / 1e9:.3f} checksum_ok={ok}"
+    )
+
+
+if __name__ == "__main__":
+    main()
