@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlcs.config import CurriculumConfig
@@ -11,6 +11,15 @@ from rlcs.curriculum import Curriculum
 
 
 @settings(max_examples=60, deadline=None)
+@example(
+    n=163,
+    num_domains=2,
+    shares=[0.625, 0.515625, 1.0, 1.0, 1.0],
+    batch=161,
+    policy="rlcs",
+    seed=3730,
+    warmup=0,
+)
 @given(
     n=st.integers(1, 3000),
     num_domains=st.integers(1, 5),
@@ -42,8 +51,9 @@ def test_batches_are_distinct_in_range_and_keep_domain_proportions(
     present = available > 0
     share = np.array([weights[d] for d in names]) * present
     expected = len(idx) * share / share.sum()
-    # Every domain gets its share (to within rounding) unless it has too few items to give.
-    short = counts < np.floor(expected) - 1
-    assert np.all(counts[short] == available[short])
-    if not short.any():
+    # A domain gets less than its share only when it has no items left to give; the others
+    # then share its surplus. With no domain exhausted, each is within rounding of its share.
+    below = counts < np.floor(expected + 1e-9)
+    assert np.all(counts[below] == available[below])
+    if not np.any(present & (counts == available)):
         assert np.all(np.abs(counts - expected) <= 1.0 + 1e-9)
