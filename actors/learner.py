@@ -296,6 +296,10 @@ class Learner:
                     t = p.detach().clone() if zero3 else p.detach()
                     yield (f"{mod_name}.{n}" if mod_name else n), t
 
+    def named_weights_list(self) -> list[tuple[str, torch.Tensor]]:
+        """All weights as CPU copies (a collective under ZeRO-3): for tests and small models."""
+        return [(n, t.detach().to("cpu", copy=True)) for n, t in self.named_weights()]
+
     def push_weights(self, transport: Any) -> Any:
         """Stream the weights through ``transport.push``; every rank must call it (ZeRO-3
         gathers are collective), only rank 0 pushes."""

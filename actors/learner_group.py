@@ -27,6 +27,7 @@ class LearnerGroup:
         model_path: str | Path,
         num_cpus_per_rank: float = 1,
         placement_group: Any = None,
+        schedule_timeout_s: float = 120.0,
     ):
         self.config = config
         self.model_path = str(model_path)
@@ -43,6 +44,14 @@ class LearnerGroup:
                     placement_group, placement_group_bundle_index=rank
                 )
             self.actors.append(actor_cls.options(**opts).remote(config, self.model_path, rank, n))
+        try:
+            ray.get([a.ping.remote() for a in self.actors], timeout=schedule_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self.shutdown()
+            raise RuntimeError(
+                f"{n} learner ranks ({num_cpus_per_rank} CPU, {gpus} GPU each) could not all be "
+                f"scheduled within {schedule_timeout_s:.0f}s; is the cluster big enough?"
+            ) from None
         addr, port = ray.get(self.actors[0].address.remote())
         ray.get([a.init.remote(addr, port) for a in self.actors])
         self.tokenizer, self.processor = load_processors(self.model_path)

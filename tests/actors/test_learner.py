@@ -189,3 +189,42 @@ def test_grad_accumulation_equals_full_batch(vlm_learner, tmp_path, stage):
     assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-5)
     assert g_whole.norm() > 0
     assert _rel(g_split, g_whole) < 1e-5
+
+
+class CollectingTransport:
+    """Stands in for ``actors.weights`` transports: keeps what it is pushed."""
+
+    def __init__(self):
+        self.got: dict[str, torch.Tensor] = {}
+
+    def push(self, named_tensors):
+        for name, t in named_tensors:
+            assert name not in self.got, f"{name} pushed twice"
+            self.got[name] = t.detach().clone()
+        return {"tensors": len(self.got)}
+
+
+def test_push_weights_streams_every_weight_by_hf_name(vlm_learner):
+    transport = CollectingTransport()
+    report = vlm_learner.push_weights(transport)
+    expected = vlm_learner.engine.module.state_dict()
+    assert report == {"tensors": len(expected)}
+    assert set(transport.got) == set(expected)
+    for name, t in expected.items():
+        assert torch.equal(transport.got[name], t), name
+
+
+def test_export_hf_reloads_with_processor_and_same_logits(vlm_learner, tmp_path, shapes_image):
+    from transformers import Glm4vForConditionalGeneration
+
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    out = vlm_learner.export_hf(tmp_path / "hf")
+    model = Glm4vForConditionalGeneration.from_pretrained(out).eval()
+    proc = TinyGlm4vProcessor.from_pretrained(out)
+    enc = proc("<|begin_of_image|><|image|><|end_of_image|>what is this?", [shapes_image])
+    with torch.no_grad():
+        reloaded = model(**enc, use_cache=False).logits
+        ours = vlm_learner.engine.module(**enc, use_cache=False).logits
+    torch.testing.assert_close(reloaded, ours, rtol=0, atol=0)
+    assert not (tmp_path / "hf.tmp").exists()

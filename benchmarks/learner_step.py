@@ -1,0 +1,181 @@
+"""Learner step time vs a bare PyTorch AdamW loop, on the same model and batch, per ZeRO stage.
+
+The model is a Llama built from config (no hub), >= 20M parameters. Both sides get the same
+documents: the bare loop receives them already packed and collated (so it pays nothing for
+packing), runs forward, weighted cross-entropy, backward, ``clip_grad_norm_`` and
+``AdamW.step``. Ours runs ``Learner.train_step`` (packing, DeepSpeed engine, ZeRO stage).
+Steps alternate ours/bare so both see the same CPU contention; the medians are compared.
+
+Also prints tokens/s for each stage (pretrain, SFT, RL incl. the old-logprob pass).
+
+    python benchmarks/learner_step.py [--steps 5] [--stages 0,1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MODEL = dict(
+    hidden_size=512,
+    intermediate_size=1408,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+)
+
+
+def documents(n: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randint(3, 250) for _ in range(length)] for _ in range(n)]
+
+
+def config(model_dir: Path, zero: int, seq_len: int, micro: int):
+    from rlcs.config import Config
+
+    return Config.model_validate(
+        {
+            "stage": "pretrain",
+            "model": {"path": str(model_dir)},
+            "learner": {"zero_stage": zero, "lr": 1e-4, "micro_batch": micro, "grad_clip": 1.0},
+            "data": {"seq_len": seq_len},
+        }
+    )
+
+
+class BareLoop:
+    """The reference: plain HF model, torch AdamW, same inputs, same loss, same clipping."""
+
+    def __init__(self, model_dir: Path, lr: float, clip: float):
+        from actors.learner import load_hf_model
+
+        self.model = load_hf_model(model_dir)
+        self.model.config.use_cache = False
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
+        self.clip = clip
+
+    def step(self, micro_batches: list[dict]) -> float:
+        from rlcs.grpo import token_logprobs
+
+        t0 = time.perf_counter()
+        for b in micro_batches:
+            logits = self.model(
+                input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False
+            ).logits
+            loss = (b["weights"] * -token_logprobs(logits, b["targets"])).sum()
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+
+def bare_inputs(learner, docs: list[list[int]]) -> list[dict]:
+    from actors.learner_batches import prepare_step
+
+    step = prepare_step("pretrain", docs, learner.config, learner.tokenizer, None)[0]
+    return [learner._collate(step.docs, rows)[0] for rows in step.minis[0]]
+
+
+def stage_throughput(learner, steps: int) -> dict[str, float]:
+    """Tokens/s of one ``train_step`` per stage, on the same learner."""
+    tok = learner.tokenizer
+    rng = random.Random(1)
+    sft = [
+        {
+            "prompt": "Add the numbers " + " ".join(str(rng.randint(1, 99)) for _ in range(20)),
+            "response": "<think>"
+            + "adding step by step " * 8
+            + "</think><answer><|begin_of_box|>42<|end_of_box|></answer>",
+        }
+        for _ in range(8)
+    ]
+    prompt = tok(
+        "[gMASK]<sop><|user|>\nsolve this problem carefully<|assistant|>\n",
+        add_special_tokens=False,
+    )["input_ids"]
+    rl = [
+        dict(
+            item_id=i // 4,
+            prompt_token_ids=prompt,
+            token_ids=[rng.randint(3, 250) for _ in range(200)],
+            reward=float(rng.random() < 0.5),
+        )
+        for i in range(8)
+    ]
+    pre = documents(8, 256, 3)
+    out = {}
+    for stage, batch in (("pretrain", pre), ("sft", sft), ("rl", rl)):
+        learner.train_step(stage, batch)
+        times, toks = [], 0
+        for _ in range(steps):
+            stats = learner.train_step(stage, batch)
+            times.append(stats["step_s"])
+        from actors.learner_batches import prepare_step
+
+        toks = sum(len(d) for d in prepare_step(stage, batch, learner.config, tok, None)[0].docs)
+        out[stage] = toks / statistics.median(times)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--stages", default="0,1,2")
+    ap.add_argument("--docs", type=int, default=8)
+    ap.add_argument("--doc-len", type=int, default=128)
+    ap.add_argument("--seq-len", type=int, default=512)
+    args = ap.parse_args()
+
+    from actors.learner import Learner
+    from rlcs.models import build_tiny_text_model, count_parameters
+
+    tmp = Path(tempfile.mkdtemp(prefix="learner-bench-"))
+    model_dir = build_tiny_text_model(tmp / "model", **MODEL)
+    docs = documents(args.docs, args.doc_len, seed=0)
+    tokens = args.docs * args.doc_len
+    results = []
+    throughput = None
+    for zero in [int(z) for z in args.stages.split(",")]:
+        cfg = config(model_dir, zero, args.seq_len, micro=max(1, tokens // args.seq_len))
+        learner = Learner.local(cfg, model_dir)
+        bare = BareLoop(model_dir, cfg.learner.lr, cfg.learner.grad_clip)
+        params = count_parameters(bare.model)
+        inputs = bare_inputs(learner, docs)
+        learner.train_step("pretrain", docs)  # warm-up both
+        bare.step(inputs)
+        ours, ref = [], []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            learner.train_step("pretrain", docs)
+            ours.append(time.perf_counter() - t0)
+            ref.append(bare.step(inputs))
+        o, b = statistics.median(ours), statistics.median(ref)
+        print(
+            f"zero={zero} ours={[round(x, 3) for x in ours]} bare={[round(x, 3) for x in ref]}",
+            flush=True,
+        )
+        results.append((params, o, b, zero))
+        if zero == 2:
+            throughput = stage_throughput(learner, max(2, args.steps // 2))
+        del learner, bare
+    if throughput:
+        print("tokens_per_s " + " ".join(f"{k}={v:.0f}" for k, v in throughput.items()))
+    print(f"batch tokens={tokens} seq_len={args.seq_len} threads={torch.get_num_threads()}")
+    for params, o, b, zero in results:
+        print(
+            f"RESULT params={params} ours_step_s={o:.4f} bare_step_s={b:.4f} ratio={o / b:.3f} zero_stage={zero}"
+        )
+
+
+if __name__ == "__main__":
+    main()
