@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import pytest
 
 from cluster.placement import PlacementError, create_placement, plan_resources
-from rlcs.config import Config
+from rlcs.config import Config, load_config
 
 
 def cfg(**sections) -> Config:
@@ -118,3 +120,40 @@ def test_unplaceable_roles_fail_with_what_is_short():
             create_placement(c, timeout_s=3)
     finally:
         ray.shutdown()
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize(
+    "name, gpus, nodes",
+    [("glm4v-9b-8xh100.yaml", 8, 1), ("glm4v-9b-4node.yaml", 32, 4)],
+)
+def test_gpu_configs_fit_their_clusters(name, gpus, nodes):
+    cfg = load_config(CONFIGS / name)
+    plan = plan_resources(cfg).check()
+    assert cfg.cluster.device == "cuda" and cfg.cluster.num_nodes == nodes
+    assert plan.gpus_needed == plan.gpus_available == gpus
+    # the recipe's RL settings
+    assert (
+        cfg.rollout.top_p == 1.0 and cfg.learner.precision == "bf16" and cfg.learner.zero_stage == 3
+    )
+    g = cfg.learner.grpo
+    assert (g.eps_low, g.eps_high, g.kl_coef, g.entropy_coef, g.loss_agg) == (
+        0.2,
+        0.28,
+        0.0,
+        0.0,
+        "sample",
+    )
+    per_node = {k: 0.0 for k in ("learner", "rollout")}
+    for role in per_node:
+        per_node[role] = sum(b.get("GPU", 0.0) for b in plan.bundles[role])
+    if cfg.cluster.colocate:
+        assert cfg.cluster.weight_sync == "cuda_ipc" and per_node["learner"] == gpus
+    else:
+        assert (
+            cfg.cluster.weight_sync == "nccl" and per_node["learner"] + per_node["rollout"] == gpus
+        )
+        # each role fills whole nodes, so the learner's and rollout's nodes are distinct
+        assert per_node["learner"] % cfg.cluster.gpus_per_node == 0

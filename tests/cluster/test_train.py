@@ -1,0 +1,119 @@
+"""End-to-end runs of the driver on the tiny models: the run directory, resume after kill -9,
+and `ray job submit` against a token-authenticated head."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlcs.config import load_config
+from rlcs.runlog import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+RLCS = str(Path(sys.executable).with_name("rlcs"))
+FAST = [
+    "data.synthetic.sizes={rl_train: 6, heldout: 2, sft: 2, pretrain: 2}",
+    "rollout.n=2",
+    "rollout.max_think_tokens=12",
+    "rollout.max_answer_tokens=6",
+    "run.prompts_per_iteration=3",
+]
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [RLCS, "train", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def curriculum_state(run_dir: Path) -> dict:
+    from rlcs.curriculum.persistence import load_curriculum
+
+    cur = load_curriculum(run_dir, attach=False)
+    state = {k: np.array(getattr(cur, k)) for k in ("attempts", "successes", "ema", "last_seen", "tier")}
+    return {**state, "iteration": cur.iteration, "expansion_ema": cur.expansion_ema}
+
+
+def test_bad_config_fails_before_anything_starts(tmp_path):
+    r = run_cli(
+        "configs/tiny-text.yaml", "--set", "rollout.n=zero", "--set", f"run.root={tmp_path}"
+    )
+    assert r.returncode == 2
+    assert "--set: rollout.n: Input should be a valid integer" in r.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_rl_run_writes_the_run_directory(tmp_path):
+    sets = [*FAST, f"run.root={tmp_path}", "run.iterations=2", "run.save_every=1"]
+    r = run_cli("configs/tiny-text.yaml", *[a for s in sets for a in ("--set", s)])
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = tmp_path / "tiny-text"
+    for name in ("config.yaml", "metrics.jsonl", "report.md", "curriculum/LATEST", "hf/config.json",
+                 "samples/step_000002.jsonl", "checkpoints/step_00000002"):  # fmt: skip
+        assert (run / name).exists(), name
+    assert any((run / "tensorboard").iterdir())
+    recs = read_metrics(run)
+    assert [r["step"] for r in recs] == [1, 2]
+    assert {
+        "reward/mean",
+        "curriculum/expansion_ratio",
+        "time/generate",
+        "time/overhead_share",
+    } <= set(recs[0])
+    assert load_config(run / "config.yaml").run.iterations == 2
+    again = run_cli("configs/tiny-text.yaml", *[a for s in sets for a in ("--set", s)])
+    assert again.returncode == 2 and "pass --resume to continue it" in again.stderr
+
+
+@pytest.mark.slow
+def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path):
+    sets = [*FAST, "rollout.engine=hf", "run.iterations=4", "run.save_every=2"]
+    args = lambda root: [a for s in [*sets, f"run.root={root}"] for a in ("--set", s)]  # noqa: E731
+    straight = run_cli("configs/tiny-text.yaml", *args(tmp_path / "a"))
+    assert straight.returncode == 0, straight.stderr[-4000:]
+
+    root = tmp_path / "b"
+    proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", *args(root)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    latest = root / "tiny-text" / "curriculum" / "LATEST"
+    deadline = time.monotonic() + 600
+    while not latest.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and every process it started
+    proc.wait()
+    assert latest.exists(), "the run never reached its first checkpoint"
+    assert not (root / "tiny-text" / "report.md").exists(), "killed too late to test resume"
+
+    resumed = run_cli("configs/tiny-text.yaml", "--resume", *args(root))
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    a, b = curriculum_state(tmp_path / "a" / "tiny-text"), curriculum_state(root / "tiny-text")
+    assert a["iteration"] == b["iteration"] == 4
+    for key in ("attempts", "successes", "ema", "last_seen", "tier"):
+        assert np.array_equal(a[key], b[key]), key
+    assert a["expansion_ema"] == b["expansion_ema"]
+    steps = [r["step"] for r in read_metrics(root / "tiny-text")]
+    assert steps == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_tiny_text(tmp_path):
+    from cluster.local_head import local_ray_head
+
+    with local_ray_head(num_cpus=2) as head:
+        r = head.submit("rlcs", "train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path}",
+                        "--set", "run.iterations=2", working_dir=str(ROOT), timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "succeeded" in r.stdout
+    run = tmp_path / "tiny-text"
+    assert (run / "report.md").is_file()
+    assert [m["step"] for m in read_metrics(run)] == [1, 2]
+    assert json.loads((run / "samples" / "step_000002.jsonl").read_text().splitlines()[0])[
+        "response"
+    ]
