@@ -100,23 +100,27 @@ class Learner:
 
     def init(self, master_addr: str | None, master_port: int | None) -> None:
         """Join the process group and build the engine. Collective across ranks."""
+        if self.device == "cpu":
+            # DeepSpeed picks CUDA whenever it sees a GPU; a CPU learner must say so first.
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
         if master_addr is not None:
+            # Under Ray each rank sees only its own GPU (CUDA_VISIBLE_DEVICES), so local rank 0.
             os.environ.update(
                 RANK=str(self.rank),
-                LOCAL_RANK="0" if self.device == "cpu" else os.environ.get("LOCAL_RANK", "0"),
+                LOCAL_RANK="0",
                 WORLD_SIZE=str(self.world_size),
                 MASTER_ADDR=master_addr,
                 MASTER_PORT=str(master_port),
             )
+        if self.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not torch.distributed.is_initialized():
             deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
         model = load_hf_model(self.model_path)
-        if self.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         model.config.use_cache = False
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=lc.lr, weight_decay=lc.weight_decay)
