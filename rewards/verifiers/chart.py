@@ -19,7 +19,7 @@ _NUMERIC = re.compile(r"\d|\\(?:frac|sqrt|pi)")
 def _year(text: str) -> int | None:
     """An integer written without a decimal point, in 1000..3000: read as a year."""
     t = text.replace(",", "") if not text.startswith("-") else text
-    if t.isdigit() and 1000 <= int(t) <= 3000:
+    if len(t) == 4 and t.isdigit() and 1000 <= int(t) <= 3000:
         return int(t)
     return None
 

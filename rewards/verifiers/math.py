@@ -62,12 +62,38 @@ def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
         return bool(sympy.Abs(na - nb) <= rel_tol * sympy.Max(sympy.Abs(na), sympy.Abs(nb)))
     if a.is_number != b.is_number and not (a.free_symbols and b.free_symbols):
         return False
-    return sympy.simplify(a - b) == 0
+    return _is_zero(_plain_symbols(a) - _plain_symbols(b))
+
+
+_PROBES = (sympy.Rational(7, 3), sympy.Rational(-5, 11), sympy.Rational(13, 17))
+
+
+def _plain_symbols(expr: sympy.Basic) -> sympy.Basic:
+    """Both parsers' symbols as plain ``Symbol``s named alike (``a_{10}`` == ``a_10``)."""
+    table = {s: sympy.Symbol(s.name.replace("{", "").replace("}", "")) for s in expr.free_symbols}
+    return expr.xreplace(table) if table else expr
+
+
+def _is_zero(d: sympy.Expr) -> bool:
+    """``d == 0`` as an identity. Probing at a few points rejects most non-identities in
+    microseconds; expansion proves polynomial identities; ``simplify`` is the last resort."""
+    if d == 0:
+        return True
+    symbols = sorted(d.free_symbols, key=lambda s: s.name)
+    for k in range(len(_PROBES)):
+        point = {s: _PROBES[(k + j) % len(_PROBES)] + j for j, s in enumerate(symbols)}
+        value = sympy.N(d.xreplace(point), 30)
+        if value.is_number and value.is_finite and abs(value) > 1e-12:
+            return False
+    if sympy.expand(d) == 0:
+        return True
+    return sympy.simplify(d) == 0
 
 
 def _equation_equal(a: sympy.Eq, b: sympy.Eq) -> bool:
-    da, db = a.lhs - a.rhs, b.lhs - b.rhs
-    if sympy.simplify(da - db) == 0 or sympy.simplify(da + db) == 0:
+    da = _plain_symbols(a.lhs - a.rhs)
+    db = _plain_symbols(b.lhs - b.rhs)
+    if _is_zero(da - db) or _is_zero(da + db):
         return True
     if db == 0:
         return False

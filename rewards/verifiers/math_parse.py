@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 import sympy
 from latex2sympy2_extended import latex2sympy
+
+from rewards.verifiers import latex_fast
 
 MAX_CHARS = 2000
 MAX_DEPTH = 40
@@ -182,11 +185,19 @@ def plain_to_latex(s: str) -> str:
     return s
 
 
+@lru_cache(maxsize=8192)
 def to_sympy(s: str) -> sympy.Basic:
-    """Parse normalised answer text into a SymPy object, after the size guards."""
+    """Parse normalised answer text into a SymPy object, after the size guards. The small
+    fast parser handles most answers; the full LaTeX grammar takes the rest. Cached per
+    process: a GRPO group repeats its ground truth and many of its answers."""
     check_size(s)
+    latex = plain_to_latex(s)
     try:
-        expr = latex2sympy(plain_to_latex(s))
+        return latex_fast.parse(latex)
+    except (latex_fast.Unsupported, RecursionError, ValueError, TypeError, ZeroDivisionError):
+        pass
+    try:
+        expr = latex2sympy(latex)
     except RecursionError:
         raise MathParseError("expression too deeply nested") from None
     except Exception as e:

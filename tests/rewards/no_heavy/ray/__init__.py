@@ -1,1 +1,1 @@
-raise ImportError('ray is deliberately unavailable: the reward server must not need it')
+raise ImportError("ray is deliberately unavailable: the reward server must not need it")

@@ -1,1 +1,1 @@
-raise ImportError('torch is deliberately unavailable: the reward server must not need it')
+raise ImportError("torch is deliberately unavailable: the reward server must not need it")

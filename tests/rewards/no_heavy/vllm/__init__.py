@@ -1,1 +1,1 @@
-raise ImportError('vllm is deliberately unavailable: the reward server must not need it')
+raise ImportError("vllm is deliberately unavailable: the reward server must not need it")

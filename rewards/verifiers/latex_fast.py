@@ -1,0 +1,256 @@
+"""A small recursive-descent parser for the LaTeX most answers use, straight to SymPy objects.
+
+latex2sympy2_extended's ANTLR grammar costs several milliseconds per answer; this covers the
+common subset (numbers, + - * / ^, \\frac, \\sqrt, \\pi, \\infty, letters with subscripts,
+implicit products, !, a few functions, equations, intervals, sets, tuples, \\cup) in tens of
+microseconds and raises ``Unsupported`` for anything else, which then goes to latex2sympy.
+It follows latex2sympy's conventions ((a, b) is an open interval, a bare list is a set) so the
+two parsers agree. Powers and factorials that could be huge are built unevaluated.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sympy
+
+_TOKEN = re.compile(r"\s*(\\[A-Za-z]+|\\[{}|]|\d+(?:\.\d*)?|\.\d+|[A-Za-z]|[-+*/^_=(){}\[\],!|])")
+_FUNCS = {"\\sin": sympy.sin, "\\cos": sympy.cos, "\\tan": sympy.tan, "\\ln": sympy.log,
+          "\\log": sympy.log, "\\exp": sympy.exp, "\\arcsin": sympy.asin, "\\arccos": sympy.acos,
+          "\\arctan": sympy.atan}  # fmt: skip
+_CONSTS = {"\\pi": sympy.pi, "\\infty": sympy.oo, "e": sympy.E}
+_MUL = {"*", "\\cdot", "\\times"}
+_ATOM_START = {"(", "{", "\\frac", "\\sqrt", "\\pi", "\\infty", "\\left"} | set(_FUNCS)
+_SMALL_EXP = 1000
+_SMALL_FACT = 20  # larger factorials stay symbolic, as in latex2sympy
+
+
+class Unsupported(ValueError):
+    """Outside this parser's subset: use the full grammar instead."""
+
+
+def _tokens(s: str) -> list[str]:
+    out, pos = [], 0
+    s = s.rstrip()
+    while pos < len(s):
+        m = _TOKEN.match(s, pos)
+        if not m:
+            raise Unsupported(s[pos : pos + 10])
+        out.append(m.group(1))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    def __init__(self, tokens: list[str]) -> None:
+        self.t, self.i = tokens, 0
+
+    def peek(self) -> str | None:
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self, want: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (want is not None and tok != want):
+            raise Unsupported(f"expected {want!r}, got {tok!r}")
+        self.i += 1
+        return tok
+
+    def relation(self) -> sympy.Basic:
+        left = self.expr()
+        if self.peek() == "=":
+            self.take()
+            return sympy.Eq(left, self.expr(), evaluate=False)
+        return left
+
+    def expr(self) -> sympy.Expr:
+        terms = [self.term()]
+        while self.peek() in ("+", "-"):
+            sign = self.take()
+            t = self.term()
+            terms.append(-t if sign == "-" else t)
+        return sympy.Add(*terms) if len(terms) > 1 else terms[0]
+
+    def term(self) -> sympy.Expr:
+        value = self.unary()
+        while True:
+            tok = self.peek()
+            if tok in _MUL:
+                self.take()
+                value = value * self.unary()
+            elif tok in ("/", "\\div"):
+                self.take()
+                value = value / self.unary()
+            elif tok is not None and (tok in _ATOM_START or tok[0].isalnum() or tok in _CONSTS):
+                value = value * self.power()
+            else:
+                return value
+
+    def unary(self) -> sympy.Expr:
+        if self.peek() in ("-", "+"):
+            sign = self.take()
+            v = self.unary()
+            return -v if sign == "-" else v
+        return self.power()
+
+    def power(self) -> sympy.Expr:
+        base = self.postfix()
+        if self.peek() != "^":
+            return base
+        self.take()
+        exp = self.exponent()
+        if exp.is_Integer and abs(int(exp)) <= _SMALL_EXP and _small_result(base, int(exp)):
+            return base**exp
+        if base.is_number and exp.is_number:
+            return sympy.Pow(base, exp, evaluate=False)
+        return base**exp
+
+    def exponent(self) -> sympy.Expr:
+        tok = self.peek()
+        if tok == "{":
+            return self.group()
+        if tok == "(":
+            return self.postfix()
+        if tok in ("-",):
+            self.take()
+            return -self.exponent()
+        tok = self.take()
+        if tok.isdigit():  # x^23 reads as x^{23}, as latex2sympy reads it
+            return sympy.Integer(tok)
+        if tok.isalpha() and len(tok) == 1:
+            return _letter(tok)
+        if tok in _CONSTS:
+            return _CONSTS[tok]
+        raise Unsupported(f"exponent {tok!r}")
+
+    def postfix(self) -> sympy.Expr:
+        value = self.atom()
+        while self.peek() == "!":
+            self.take()
+            if not (value.is_Integer and 0 <= int(value) <= _SMALL_FACT):
+                value = sympy.factorial(value, evaluate=False)
+            else:
+                value = sympy.factorial(value)
+        return value
+
+    def group(self) -> sympy.Expr:
+        self.take("{")
+        inner = self.expr()
+        self.take("}")
+        return inner
+
+    def atom(self) -> sympy.Expr:
+        tok = self.take()
+        if tok[0].isdigit() or tok[0] == ".":
+            return sympy.Rational(tok)
+        if tok == "(" or tok == "\\left":
+            if tok == "\\left":
+                self.take("(")
+            inner = self.expr()
+            if self.peek() == "\\right":
+                self.take()
+            self.take(")")
+            return inner
+        if tok == "{":
+            self.i -= 1
+            return self.group()
+        if tok == "\\frac":
+            num = self.group()
+            return num / self.group()
+        if tok == "\\sqrt":
+            if self.peek() == "[":
+                self.take()
+                n = self.expr()
+                self.take("]")
+                return sympy.root(self.group(), n)
+            return sympy.sqrt(self.group())
+        if tok in _FUNCS:
+            arg = self.group() if self.peek() == "{" else self.power()
+            return _FUNCS[tok](arg)
+        if tok in _CONSTS:
+            return _CONSTS[tok]
+        if len(tok) == 1 and tok.isalpha():
+            if self.peek() == "_":
+                self.take()
+                sub = self.take()
+                if sub == "{":
+                    parts = []
+                    while self.peek() not in ("}", None):
+                        parts.append(self.take())
+                    self.take("}")
+                    sub = "".join(parts)
+                if not sub.isalnum():
+                    raise Unsupported(f"subscript {sub!r}")
+                return sympy.Symbol(f"{tok}_{sub}")
+            if tok in "fgh" and self.peek() == "(":
+                raise Unsupported("function application")
+            return _letter(tok)
+        raise Unsupported(tok)
+
+
+def _small_result(base: sympy.Expr, exp: int) -> bool:
+    """Whether base**exp is cheap to compute exactly (under ~100k bits)."""
+    if not base.is_Rational:  # SymPy folds (a^b)^c into a^(bc): keep towers unevaluated
+        return not base.is_number or (
+            abs(exp) <= 64
+            and not any(isinstance(n, sympy.Pow) for n in sympy.preorder_traversal(base))
+        )
+    bits = max(abs(base.p).bit_length(), base.q.bit_length())
+    return bits * abs(exp) <= 100_000
+
+
+def _letter(tok: str) -> sympy.Expr:
+    return sympy.E if tok == "e" else sympy.Symbol(tok)
+
+
+def _split_top(s: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside (), [], {} (``\\{`` counts as a bracket)."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        if s.startswith("\\{", i) or s.startswith("\\}", i):
+            depth += 1 if s[i + 1] == "{" else -1
+            i += 2
+            continue
+        c = s[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, i):
+            parts.append(s[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+def _one(s: str) -> sympy.Basic:
+    p = _Parser(_tokens(s))
+    value = p.relation()
+    if p.peek() is not None:
+        raise Unsupported(f"trailing {p.peek()!r}")
+    return value
+
+
+def parse(s: str) -> sympy.Basic:
+    """SymPy object for ``s``, or ``Unsupported``."""
+    s = s.strip()
+    if not s:
+        raise Unsupported("empty")
+    pieces = _split_top(s, "\\cup")
+    if len(pieces) > 1:
+        return sympy.Union(*(parse(p) for p in pieces), evaluate=False)
+    if s.startswith("\\{") and s.endswith("\\}"):
+        return sympy.FiniteSet(*(_one(x) for x in _split_top(s[2:-2], ",")))
+    if s[0] in "([" and s[-1] in ")]":
+        items = _split_top(s[1:-1], ",")
+        if len(items) == 2:
+            lo, hi = _one(items[0]), _one(items[1])
+            return sympy.Interval(lo, hi, left_open=s[0] == "(", right_open=s[-1] == ")")
+        if len(items) > 2 and s[0] == "(" and s[-1] == ")":
+            return sympy.Tuple(*(_one(x) for x in items))
+    items = _split_top(s, ",")
+    if len(items) > 1:
+        return sympy.FiniteSet(*(_one(x) for x in items))
+    return _one(s)
