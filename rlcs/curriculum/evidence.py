@@ -32,8 +32,16 @@ def group_successes(rewards, threshold: float, m: int) -> tuple[np.ndarray, np.n
         return (rewards >= threshold).sum(axis=1).astype(np.int64), np.full(
             len(rewards), rewards.shape[1], np.int64
         )
-    groups = [np.asarray(r, np.float64).reshape(-1) for r in rewards]
+    groups = [_as_rewards(r) for r in rewards]
     if len(groups) != m:
         raise ValueError(f"{m} ids but {len(groups)} reward groups")
     succ = np.array([(g >= threshold).sum() for g in groups], np.int64)
     return succ, np.array([len(g) for g in groups], np.int64)
+
+
+def _as_rewards(group) -> np.ndarray:
+    """A group's rewards as floats; a missing reward (None) counts as a failed rollout."""
+    try:
+        return np.asarray(group, np.float64).reshape(-1)
+    except TypeError:
+        return np.array([np.nan if r is None else float(r) for r in group], np.float64)

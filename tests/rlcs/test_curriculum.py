@@ -146,7 +146,8 @@ def test_bad_reports_are_rejected_counted_and_leave_state_untouched():
         assert np.array_equal(a, b)
     assert not np.array_equal(before[0], cur.attempts)
     assert cur.rejected == {"unknown": 1, "duplicate": 2, "not_sampled": 1}
-    cur.report(ids[1:], [[1, 0]] * 3)  # the good ones still go through
+    succ, sizes = cur.report(ids[1:], [[1, 0], [1, None, 1], [0.7]])  # the good ones go through
+    assert succ.tolist() == [1, 2, 1] and sizes.tolist() == [2, 3, 1]  # None: a failed rollout
     cur.next_batch(4)  # a new iteration accepts the same items again
     assert int(cur.attempts.sum()) == 8
 
