@@ -165,7 +165,7 @@ def simulate(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000_000)
-    parser.add_argument("--rounds", type=int, default=200, help="next_batch calls to time")
+    parser.add_argument("--rounds", type=int, default=1000, help="next_batch calls to time")
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
     result = scale(args.items, args.rounds, group=8)
