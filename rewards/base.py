@@ -50,6 +50,12 @@ class Verifier(ABC):
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         return (extracted, _freeze(answer))
 
+    def bounded(self, extracted: str, answer: Any) -> bool:
+        """True when this input provably takes microseconds (small fixed-cost work), so it
+        may be verified in the calling process. Default: never; custom verifiers stay in
+        the killable workers."""
+        return False
+
     @abstractmethod
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         """Score ``extracted`` against ``answer``; raise nothing the caller must handle."""

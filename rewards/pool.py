@@ -45,7 +45,7 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
-def _run_one(path: str, extracted: str, answer: Any, options: dict) -> Outcome:
+def run_one(path: str, extracted: str, answer: Any, options: dict) -> Outcome:
     try:
         reward, error, detail = registry.load(path).verify(extracted, answer, options)
         reward = float(reward)
@@ -86,21 +86,28 @@ def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
             progress[2] = 0.0
             progress[1] = pos
             progress[2] = time.monotonic()
-            out.append(_run_one(*task))
+            out.append(run_one(*task))
         progress[2] = 0.0
         conn.send((chunk_id, out))
 
 
 class _Job:
-    __slots__ = ("results", "remaining", "done", "timeout_s")
+    __slots__ = ("results", "remaining", "done", "timeout_s", "callback")
 
-    def __init__(self, n: int, timeout_s: float) -> None:
+    def __init__(self, n: int, timeout_s: float, callback: Any = None) -> None:
         self.results: list[Outcome | None] = [None] * n
         self.remaining = n
         self.done = threading.Event()
         self.timeout_s = timeout_s
+        self.callback = callback
         if n == 0:
-            self.done.set()
+            self.finish()
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.callback is not None:
+            with contextlib.suppress(Exception):  # a caller's bug must not stop the dispatcher
+                self.callback(self.results)
 
 
 class _Entry:
@@ -175,16 +182,24 @@ class WorkerPool:
     # -- callers ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:
         """Verify every task; each gets at most ``timeout_s`` of wall-clock time in a worker."""
-        if self._closed:
-            return [(0.0, "pool", "the worker pool is closed")] * len(tasks)
-        job = _Job(len(tasks), timeout_s)
-        with self._lock:
-            self._pending.extend(_Entry(job, i, t) for i, t in enumerate(tasks))
-        self._wake()
+        job = self.submit(tasks, timeout_s)
         while not job.done.wait(1.0):
             if not self._thread.is_alive():
                 return [r or (0.0, "pool", "the worker pool stopped") for r in job.results]
         return job.results  # type: ignore[return-value]
+
+    def submit(self, tasks: Sequence[Task], timeout_s: float, callback: Any = None) -> _Job:
+        """Queue ``tasks``; ``callback(outcomes)`` runs on the dispatcher thread when done."""
+        job = _Job(len(tasks), timeout_s, callback)
+        if self._closed:
+            job.results = [(0.0, "pool", "the worker pool is closed")] * len(tasks)
+            job.remaining = 0
+            job.finish()
+            return job
+        with self._lock:
+            self._pending.extend(_Entry(job, i, t) for i, t in enumerate(tasks))
+        self._wake()
+        return job
 
     def close(self) -> None:
         self._closed = True
@@ -354,7 +369,7 @@ class WorkerPool:
             job.results[entry.index] = outcome
             job.remaining -= 1
             if job.remaining == 0:
-                job.done.set()
+                job.finish()
 
     def _fail_all(self, reason: str) -> None:
         with self._lock:

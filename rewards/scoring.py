@@ -1,6 +1,11 @@
 """``score`` and ``score_batch``: the format gate and the cache in the calling process, the
 verifiers in the killable worker pool, and counters for every kind of failure.
 
+Small batches of items whose verifier declares them ``bounded`` (short OCR strings, a few
+boxes, one small action: work with a proven small upper bound) are verified right here, which
+saves a process round-trip on the single-item latency path; everything else, and every custom
+verifier, goes to the killable workers.
+
 The cache key is (verifier, normalised answer, normalised ground truth, options). GRPO scores
 groups of rollouts of one prompt, so identical answers are common; within one batch each
 distinct key is verified once. Only deterministic outcomes are cached: a timeout or a crash
@@ -9,6 +14,7 @@ may depend on load, so those are always recomputed.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
@@ -17,7 +23,7 @@ from typing import Any
 from rewards import registry
 from rewards.base import ScoreResult
 from rewards.extract import FormatError, extract
-from rewards.pool import Outcome, WorkerPool
+from rewards.pool import Outcome, WorkerPool, run_one
 
 DEFAULT_TIMEOUT_S = 5.0
 _CACHEABLE_ERRORS = (None, "parse", "answer")
@@ -28,6 +34,29 @@ _ERROR_COUNTERS = {
     "format": "format_failures",
     "crash": "crashes",
 }
+
+
+_UNCACHED = "<uncached>"
+
+
+def _resolve(future: asyncio.Future, result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+class _Plan:
+    """One batch on its way: results so far, and the distinct tasks still to verify."""
+
+    __slots__ = ("results", "waiting", "info", "tasks", "bounded", "inline", "pooled")
+
+    def __init__(self) -> None:
+        self.results: list[ScoreResult | None] = []
+        self.waiting: dict[Hashable, list[int]] = {}  # one task per key, in task order
+        self.info: dict[Hashable, tuple[str, str]] = {}
+        self.tasks: list[tuple] = []
+        self.bounded: list[bool] = []
+        self.inline: dict[int, Outcome] = {}
+        self.pooled: list[tuple] = []
 
 
 def _item_fields(item: Any) -> tuple[str, str, Any, Mapping[str, Any]]:
@@ -49,10 +78,12 @@ class RewardScorer:
         cache_size: int = 200_000,
         memory_limit_mb: int = 4096,
         custom_domains: Mapping[str, str] | None = None,
+        inline_max: int = 16,
     ) -> None:
         for domain, path in (custom_domains or {}).items():
             registry.register(domain, path)
         self.timeout_s = timeout_s
+        self.inline_max = inline_max
         self.defaults = {"format": "glm", **(defaults or {})}
         self.pool = WorkerPool(workers, memory_limit_mb=memory_limit_mb)
         self._cache: OrderedDict[Hashable, Outcome] = OrderedDict()
@@ -68,18 +99,39 @@ class RewardScorer:
         self, items: Iterable[Any], timeout_s: float | None = None
     ) -> list[ScoreResult]:
         """Score many items in parallel; each gets at most ``timeout_s`` in a worker."""
-        timeout_s = self.timeout_s if timeout_s is None else float(timeout_s)
-        results: list[ScoreResult | None] = []
-        tasks: list[tuple] = []
-        waiting: dict[Hashable, list[int]] = {}  # cache key (or a unique stand-in) -> indices
-        meta: list[tuple[str, str, Hashable | None]] = []
+        plan = self._plan(items)
+        outcomes = self.pool.run(plan.pooled, self._timeout(timeout_s)) if plan.pooled else []
+        return self._complete(plan, outcomes)
+
+    async def score_batch_async(
+        self, items: Iterable[Any], timeout_s: float | None = None
+    ) -> list[ScoreResult]:
+        """As ``score_batch``, awaiting the pool without holding a thread (for the server)."""
+        plan = self._plan(items)
+        outcomes: list[Outcome] = []
+        if plan.pooled:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[list[Outcome]] = loop.create_future()
+
+            def done(result: list[Outcome]) -> None:
+                loop.call_soon_threadsafe(_resolve, future, result)
+
+            self.pool.submit(plan.pooled, self._timeout(timeout_s), done)
+            outcomes = await future
+        return self._complete(plan, outcomes)
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.timeout_s if timeout_s is None else float(timeout_s)
+
+    def _plan(self, items: Iterable[Any]) -> _Plan:
+        """Gate, extract and look up the cache in this process; say what remains to verify."""
+        plan = _Plan()
         for i, item in enumerate(items):
-            results.append(None)
+            plan.results.append(None)
             try:
                 domain, response, answer, item_opts = _item_fields(item)
             except (KeyError, TypeError, ValueError) as e:
-                results[i] = ScoreResult(0.0, False, None, "request", f"bad item: {e}")
-                self._count("?", results[i])
+                self._set(plan, i, ScoreResult(0.0, False, None, "request", f"bad item: {e}"))
                 continue
             opts = {**self.defaults, **item_opts}
             fmt = opts.pop("format")
@@ -87,24 +139,15 @@ class RewardScorer:
                 path = registry.path_for(domain)
                 verifier = registry.load(path)
             except registry.UnknownDomain:
-                known = ", ".join(registry.domains())
-                results[i] = ScoreResult(
-                    0.0,
-                    False,
-                    None,
-                    "domain",
-                    f"unknown domain {domain!r}; known: {known}",
-                    str(domain),
-                )
-                self._count(str(domain), results[i])
+                detail = f"unknown domain {domain!r}; known: {', '.join(registry.domains())}"
+                self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
                 continue
             try:
                 extracted = extract(response, fmt)
             except FormatError as e:
-                results[i] = ScoreResult(0.0, False, None, "format", str(e), domain)
-                self._count(domain, results[i])
+                self._set(plan, i, ScoreResult(0.0, False, None, "format", str(e), domain))
                 continue
-            key: Hashable = ("uncached", i)
+            key: Hashable = (_UNCACHED, i)
             if verifier.cacheable:
                 try:
                     key = (
@@ -114,38 +157,49 @@ class RewardScorer:
                     )
                     hash(key)
                 except TypeError:
-                    key = ("uncached", i)
+                    key = (_UNCACHED, i)
                 else:
                     with self._lock:
                         hit = self._cache.get(key)
                         if hit is not None:
                             self._cache.move_to_end(key)
                     if hit is not None:
-                        results[i] = ScoreResult(
-                            hit[0], True, extracted, hit[1], hit[2], domain, True
-                        )
-                        self._count(domain, results[i], cache_hit=True)
+                        res = ScoreResult(hit[0], True, extracted, hit[1], hit[2], domain, True)
+                        self._set(plan, i, res, cache_hit=True)
                         continue
-            if key in waiting:
-                waiting[key].append(i)
-            else:
-                waiting[key] = [i]
-                tasks.append((path, extracted, answer, opts))
-            meta.append((domain, extracted, key))
-        outcomes = self.pool.run(tasks, timeout_s) if tasks else []
-        info = {key: (d, x) for d, x, key in meta}
-        for key, outcome in zip(waiting, outcomes, strict=True):
-            domain, extracted = info[key]
-            if outcome[1] in _CACHEABLE_ERRORS and not (
-                isinstance(key, tuple) and key[0] == "uncached"
-            ):
+            if key in plan.waiting:
+                plan.waiting[key].append(i)
+                continue
+            plan.waiting[key] = [i]
+            plan.info[key] = (domain, extracted)
+            plan.tasks.append((path, extracted, answer, opts))
+            plan.bounded.append(verifier.bounded(extracted, answer))
+        if len(plan.tasks) <= self.inline_max:
+            plan.inline = {
+                n: run_one(*task)
+                for n, (task, ok) in enumerate(zip(plan.tasks, plan.bounded, strict=True))
+                if ok
+            }
+        plan.pooled = [t for n, t in enumerate(plan.tasks) if n not in plan.inline]
+        return plan
+
+    def _complete(self, plan: _Plan, pooled: list[Outcome]) -> list[ScoreResult]:
+        from_pool = iter(pooled)
+        for n, key in enumerate(plan.waiting):
+            outcome = plan.inline[n] if n in plan.inline else next(from_pool)
+            domain, extracted = plan.info[key]
+            if outcome[1] in _CACHEABLE_ERRORS and key[0] != _UNCACHED:
                 self._remember(key, outcome)
-            for n, i in enumerate(waiting[key]):
-                results[i] = ScoreResult(
-                    outcome[0], True, extracted, outcome[1], outcome[2], domain, n > 0
+            for k, i in enumerate(plan.waiting[key]):
+                res = ScoreResult(
+                    outcome[0], True, extracted, outcome[1], outcome[2], domain, k > 0
                 )
-                self._count(domain, results[i], cache_hit=n > 0)
-        return results  # type: ignore[return-value]
+                self._set(plan, i, res, cache_hit=k > 0)
+        return plan.results  # type: ignore[return-value]
+
+    def _set(self, plan: _Plan, i: int, result: ScoreResult, cache_hit: bool = False) -> None:
+        plan.results[i] = result
+        self._count(result.domain or "?", result, cache_hit)
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Per domain: items, cache_hits, timeouts, parse_errors, format_failures, crashes,

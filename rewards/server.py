@@ -4,8 +4,9 @@ Endpoints (see docs/rewards.md): ``POST /v1/score``, ``POST /v1/score/batch``,
 ``GET /v1/domains``, ``GET /healthz``, ``GET /metrics`` (Prometheus), OpenAPI at ``/docs``, and
 ``POST /get_reward``, the OpenRLHF remote reward protocol (``--remote_rm_url``).
 
-Handlers are plain functions, so FastAPI runs them on its thread pool: a request waiting on a
-slow item holds one thread, never the event loop, and the worker pool serves the others.
+Scoring handlers await the worker pool through a future that its dispatcher thread resolves, so
+a request waiting on a slow item holds neither a thread nor the event loop, and the pool keeps
+serving the others.
 """
 
 from __future__ import annotations
@@ -250,21 +251,21 @@ def create_app(
         )
 
     @app.post("/v1/score", response_model=ScoreResponse)
-    def score_one(req: ScoreRequest) -> Any:
-        results = scorer.score_batch([req.model_dump()])
+    async def score_one(req: ScoreRequest) -> Any:
+        results = await scorer.score_batch_async([req.model_dump()])
         metrics.observe(results)
-        return results[0].to_dict()
+        return JSONResponse(results[0].to_dict())
 
     @app.post("/v1/score/batch", response_model=BatchResponse)
-    def score_batch(req: BatchRequest) -> Any:
+    async def score_batch(req: BatchRequest) -> Any:
         if len(req.items) > max_batch:
             return too_many(len(req.items))
-        results = scorer.score_batch([item.model_dump() for item in req.items])
+        results = await scorer.score_batch_async([item.model_dump() for item in req.items])
         metrics.observe(results)
-        return {"results": [r.to_dict() for r in results]}
+        return JSONResponse({"results": [r.to_dict() for r in results]})
 
     @app.post("/get_reward", response_model=OpenRLHFResponse)
-    def get_reward(
+    async def get_reward(
         req: OpenRLHFRequest,
         domain: str = Query(default_domain, description="domain for labels that name none"),
     ) -> Any:
@@ -284,18 +285,20 @@ def create_app(
             _openrlhf_item(q, p, lab, domain)
             for q, p, lab in zip(req.query, prompts, labels, strict=True)
         ]
-        results = scorer.score_batch(items)
+        results = await scorer.score_batch_async(items)
         metrics.observe(results)
         rewards = [r.reward for r in results]
-        return {
-            "rewards": rewards,
-            "scores": rewards,
-            "extra_logs": {
-                "format_ok": [float(r.format_ok) for r in results],
-                "timeout": [float(r.error == "timeout") for r in results],
-                "error": [float(r.error is not None) for r in results],
-            },
-        }
+        return JSONResponse(
+            {
+                "rewards": rewards,
+                "scores": rewards,
+                "extra_logs": {
+                    "format_ok": [float(r.format_ok) for r in results],
+                    "timeout": [float(r.error == "timeout") for r in results],
+                    "error": [float(r.error is not None) for r in results],
+                },
+            }
+        )
 
     @app.get("/v1/domains")
     def list_domains() -> dict[str, Any]:

@@ -36,6 +36,12 @@ def max_matching(adjacent: list[list[int]], n_right: int) -> int:
 class GroundingVerifier(Verifier):
     name = "grounding"
 
+    def bounded(self, extracted: str, answer: Any) -> bool:
+        small_gt = (
+            len(answer) <= 10 if isinstance(answer, (list, tuple)) else len(str(answer)) <= 512
+        )
+        return len(extracted) <= 512 and small_gt
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
             gt = parse_boxes(from_json(answer))

@@ -109,6 +109,9 @@ _NORMALIZERS = {"text": _norm_text, "key": _norm_key, "direction": lambda v: str
 class GUIVerifier(Verifier):
     name = "gui"
 
+    def bounded(self, extracted: str, answer: Any) -> bool:
+        return len(extracted) <= 1024 and (isinstance(answer, dict) or len(str(answer)) <= 1024)
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
             gt = parse_action(answer)

@@ -17,6 +17,9 @@ def _squash(text: str) -> str:
 class OCRVerifier(Verifier):
     name = "ocr"
 
+    def bounded(self, extracted: str, answer: Any) -> bool:
+        return len(extracted) * len(str(answer)) <= 4_000_000
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         a, g = _squash(extracted), _squash(str(answer))
         longest = max(len(a), len(g))

@@ -72,6 +72,9 @@ class VQAVerifier(Verifier):
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         return (normalize_text(extracted), tuple(normalize_text(a) for a in _accepted(answer)))
 
+    def bounded(self, extracted: str, answer: Any) -> bool:
+        return len(extracted) <= 1024 and len(str(answer)) <= 2048
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         if len(extracted) > MAX_CHARS:
             return Verdict(0.0, "parse", f"answer longer than {MAX_CHARS} characters")

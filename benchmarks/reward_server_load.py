@@ -1,0 +1,222 @@
+"""The reward server under load on loopback: batch throughput, then single-item latency with
+32 concurrent clients, clean and with 5% pathological items mixed in.
+
+Starts ``rlcs serve-rewards`` as a subprocess on 127.0.0.1 (a free port), warms it with one
+pass over the item pool, then runs three bounded phases (count- and time-capped):
+1. batch: concurrent clients posting ``/v1/score/batch`` with 256 items each;
+2. clean: 32 clients, each sending single items to ``/v1/score`` one after another;
+3. pathological: the same, with 5% of requests replaced by the inputs the issue names
+   (``9^{9^{9^{9}}}``, a 100k-digit number, 5,000 nested parentheses, a 1 MB response).
+p99 figures are over normal items only. The clients run in this process, on the same cores as
+the server. Prints ``RESULT ...`` last.
+
+    python benchmarks/reward_server_load.py [--requests-per-client 60] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+
+GLM = "<think>Working.</think><answer>The answer is <|begin_of_box|>{}<|end_of_box|>.</answer>"
+PATHOLOGICAL = [
+    {"domain": "math", "response": GLM.format("9^{9^{9^{9}}}"), "answer": "5"},
+    {"domain": "math", "response": GLM.format("7" * 100_000), "answer": "5"},
+    {"domain": "math", "response": GLM.format("(" * 5000 + "1" + ")" * 5000), "answer": "1"},
+    {"domain": "ocr", "response": GLM.format("q" * 1_000_000), "answer": "hello"},
+]
+
+
+def normal_items(rng: random.Random, n: int) -> list[dict]:
+    """A domain mix like an RL batch: math answers as models write them, OCR, boxes, actions."""
+    items = []
+    for i in range(n):
+        kind = i % 6
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        if kind == 0:
+            pred = rng.choice([str(a * b), f"{a * b}.0", f"\\frac{{{2 * a * b}}}{{2}}", str(a + b)])
+            items.append({"domain": "math", "response": GLM.format(pred), "answer": str(a * b)})
+        elif kind == 1:
+            pred = rng.choice([f"{a}\\sqrt{{2}}", f"\\sqrt{{{2 * a * a}}}", f"{a}\\sqrt{{3}}"])
+            items.append(
+                {"domain": "math", "response": GLM.format(pred), "answer": f"{a}\\sqrt{{2}}"}
+            )
+        elif kind == 2:
+            gt = " ".join(
+                rng.choice(["total", "revenue", "by", "region", "in", "2019"]) for _ in range(8)
+            )
+            items.append({"domain": "ocr", "response": GLM.format(gt[:-2] + "xy"), "answer": gt})
+        elif kind == 3:
+            x, y = rng.randint(0, 800), rng.randint(0, 800)
+            box = [x, y, x + 100, y + 80]
+            pred = [x + rng.randint(-10, 10), y + rng.randint(-10, 10), x + 100, y + 80]
+            items.append(
+                {"domain": "grounding", "response": GLM.format(json.dumps(pred)), "answer": [box]}
+            )
+        elif kind == 4:
+            x, y = rng.randint(0, 800), rng.randint(0, 800)
+            pred = {"action": "click", "point": [x + rng.randint(0, 60), y + 10]}
+            gt = {"action": "click", "box": [x, y, x + 50, y + 40]}
+            items.append({"domain": "gui", "response": GLM.format(json.dumps(pred)), "answer": gt})
+        else:
+            items.append(
+                {
+                    "domain": "chart",
+                    "response": GLM.format(str(2000 + a % 25)),
+                    "answer": str(2000 + b % 25),
+                }
+            )
+    return items
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, workers: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "cluster.cli", "serve-rewards", "--port", str(port),
+           "--workers", str(workers), "--timeout", "5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the reward server did not start within 60 s")
+
+
+async def batch_phase(
+    base: str, items: list[dict], clients: int, batches: int, cap_s: float
+) -> float:
+    size = 256
+    queue = [items[(i * size) % len(items) :][:size] or items[:size] for i in range(batches)]
+    done = 0
+
+    async def client(c: httpx.AsyncClient) -> None:
+        nonlocal done
+        while queue:
+            batch = queue.pop()
+            r = await c.post(base + "/v1/score/batch", json={"items": batch})
+            r.raise_for_status()
+            done += len(r.json()["results"])
+
+    start = time.perf_counter()
+    async with httpx.AsyncClient(timeout=60) as c:
+        await asyncio.wait_for(asyncio.gather(*(client(c) for _ in range(clients))), cap_s)
+    return done / (time.perf_counter() - start)
+
+
+async def single_phase(
+    base: str,
+    items: list[dict],
+    clients: int,
+    per_client: int,
+    bad_share: float,
+    seed: int,
+    cap_s: float,
+) -> tuple[list[float], int]:
+    rng = random.Random(seed)
+    plan = [
+        [(rng.random() < bad_share, rng.randrange(len(items))) for _ in range(per_client)]
+        for _ in range(clients)
+    ]
+    latencies: list[float] = []
+    bad_sent = 0
+
+    async def client(c: httpx.AsyncClient, steps: list[tuple[bool, int]]) -> None:
+        nonlocal bad_sent
+        for bad, k in steps:
+            item = PATHOLOGICAL[k % len(PATHOLOGICAL)] if bad else items[k]
+            start = time.perf_counter()
+            r = await c.post(base + "/v1/score", json=item)
+            elapsed = time.perf_counter() - start
+            r.raise_for_status()
+            if bad:
+                bad_sent += 1
+            else:
+                latencies.append(elapsed * 1000)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as c:
+        await asyncio.wait_for(asyncio.gather(*(client(c, p) for p in plan)), cap_s)
+    return latencies, bad_sent
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--requests-per-client", type=int, default=60)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--pathological-share", type=float, default=0.05)
+    ap.add_argument("--cap-s", type=float, default=120.0, help="time cap per phase")
+    args = ap.parse_args()
+
+    items = normal_items(random.Random(0), 600)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_server(port, args.workers)
+    try:
+        httpx.post(base + "/v1/score/batch", json={"items": items}, timeout=120).raise_for_status()
+        rate = asyncio.run(batch_phase(base, items, 4, args.batches, args.cap_s))
+        print(f"batch: {args.batches} x 256 items, 4 clients: {rate:.0f} items/s", flush=True)
+        clean, _ = asyncio.run(
+            single_phase(base, items, args.clients, args.requests_per_client, 0.0, 1, args.cap_s)
+        )
+        p50, p99 = pct(clean, 50), pct(clean, 99)
+        print(
+            f"clean: {len(clean)} requests, {args.clients} clients: p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+            flush=True,
+        )
+        mixed, bad = asyncio.run(
+            single_phase(
+                base,
+                items,
+                args.clients,
+                args.requests_per_client,
+                args.pathological_share,
+                2,
+                args.cap_s,
+            )
+        )
+        p99_bad = pct(mixed, 99)
+        print(f"with {bad} pathological requests ({args.pathological_share:.0%}): normal items "
+              f"p50 {pct(mixed, 50):.1f} ms, p99 {p99_bad:.1f} ms", flush=True)  # fmt: skip
+        metrics = httpx.get(base + "/metrics").text
+        errors = [
+            line for line in metrics.splitlines() if line.startswith("rlcs_reward_errors_total")
+        ]
+        print("server error counters: " + "; ".join(errors), flush=True)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print(
+        f"RESULT batch_items_per_s={rate:.0f} p50_ms={p50:.1f} p99_ms={p99:.1f} "
+        f"p99_pathological_ms={p99_bad:.1f} p99_ratio={p99_bad / p99:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
