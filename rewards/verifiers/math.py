@@ -132,8 +132,12 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
             and equal(a.start, b.start, rel_tol)
             and equal(a.end, b.end, rel_tol)
         )
-    if isinstance(a, (sympy.FiniteSet, sympy.Union)) and type(a) is type(b):
+    if (isinstance(a, sympy.FiniteSet) and isinstance(b, sympy.FiniteSet)) or (
+        isinstance(a, sympy.Union) and isinstance(b, sympy.Union)
+    ):
         return _match_unordered(list(a.args), list(b.args), rel_tol)
+    if isinstance(a, sympy.MatrixBase) and isinstance(b, sympy.MatrixBase):
+        return a.shape == b.shape and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, sympy.Tuple) and isinstance(b, sympy.Tuple):
         return len(a) == len(b) and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):

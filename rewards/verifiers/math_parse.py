@@ -29,7 +29,7 @@ class MathParseError(ValueError):
 
 
 _DROP = (
-    "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ",
+    "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:",
     "\\(", "\\)", "\\[", "\\]", "\\$", "$", "^{\\circ}", "^\\circ", "°", "\\circ",
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
@@ -51,6 +51,7 @@ _SCI = re.compile(
 _SQRT_CALL = re.compile(r"\bsqrt\s*\(")
 _SHORT_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
 _SHORT_SQRT = re.compile(r"\\sqrt\s*(\d|[A-Za-z](?![A-Za-z]))")
+_ESCAPED_SPACE = re.compile(r"(?<!\\)\\ ")
 _PLAIN_WORDS = (
     (re.compile(r"(?<!\\)\bpi\b"), "\\pi"),
     (re.compile(r"\b(?:inf|infinity)\b"), "\\infty"),
@@ -67,6 +68,7 @@ def normalize(text: str) -> str:
             s = s.replace(tok, "")
     s = _SHORT_FRAC.sub(_braced_frac, s)
     s = _SHORT_SQRT.sub(lambda m: "\\sqrt{" + m.group(1) + "}", s)
+    s = _ESCAPED_SPACE.sub(" ", s)
     s = s.replace("\\%", "%").replace("−", "-").replace("\\infin", "\\infty")
     s = s.strip().rstrip(".").strip()
     for _ in range(3):
@@ -204,6 +206,8 @@ def to_sympy(s: str) -> sympy.Basic:
         raise MathParseError(f"cannot parse: {type(e).__name__}") from None
     if isinstance(expr, list):
         expr = sympy.FiniteSet(*expr) if len(expr) > 1 else expr[0]
+    if isinstance(expr, sympy.MatrixBase):
+        expr = sympy.ImmutableMatrix(expr)
     if not isinstance(expr, sympy.Basic):
         raise MathParseError(f"parsed to {type(expr).__name__}, not a SymPy object")
     return expr

@@ -45,6 +45,10 @@ RIGHT = [
     ("2x + 1 = y", "y = 2x + 1"),
     ("x^2+2x+1", "(x+1)^2"),
     ("\\infty", "\\infty"),
+    (
+        "\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}",
+        "\\begin{pmatrix}1 & 2\\\\ 3 & 4.0\\end{pmatrix}",
+    ),
 ]
 
 WRONG = [

@@ -1,0 +1,65 @@
+"""The fast LaTeX parser agrees with latex2sympy2_extended, and no input breaks a verifier."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from latex2sympy2_extended import latex2sympy
+
+from rewards.verifiers import latex_fast
+from rewards.verifiers.math import MathVerifier, equal
+from rewards.verifiers.math_parse import to_sympy
+
+SAME_MEANING = [
+    "17\\sqrt{2}",
+    "\\frac{17\\pi}{33}",
+    "[17,50)",
+    "(x+17)(x+33)",
+    "x^2+50x+561",
+    "\\{133, 17\\}",
+    "\\frac{1}{2004!}",
+    "2x+1=y",
+    "\\sin x + \\cos(2x)",
+    "(1,2]\\cup[3,4)",
+    "1,2,3",
+    "(1,2,3)",
+    "-\\infty",
+    "\\sqrt[3]{8}",
+    "e^{2}",
+    "2^{10}",
+    "a_1+a_{10}",
+    "\\frac{a}{b}c",
+    "3\\cdot 4 - 2/5",
+    "-(x-1)^{3}",
+]
+
+
+@pytest.mark.parametrize("text", SAME_MEANING)
+def test_fast_parser_means_what_latex2sympy_means(text):
+    assert equal(latex_fast.parse(text), latex2sympy(text), 1e-9)
+
+
+@pytest.mark.parametrize(
+    "text", ["\\log_2 8", "f(x)", "\\begin{pmatrix}1\\end{pmatrix}", "x \\le 3"]
+)
+def test_fast_parser_hands_unknown_syntax_to_the_full_grammar(text):
+    with pytest.raises(latex_fast.Unsupported):
+        latex_fast.parse(text)
+    to_sympy(text)  # the fallback reads it
+
+
+MATH_CHARS = st.sampled_from(
+    list("0123456789+-*/^()[]{},.=!xyz ")
+    + ["\\frac", "\\sqrt", "\\pi", "\\infty", "\\{", "\\}", "\\cup", "e"]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(MATH_CHARS, max_size=25).map("".join), st.lists(MATH_CHARS, max_size=12).map("".join)
+)
+def test_any_math_text_gets_a_verdict_in_range(pred, gt):
+    verdict = MathVerifier().verify(pred, gt, {})
+    assert 0.0 <= verdict.reward <= 1.0
+    assert verdict.error in (None, "parse")
