@@ -42,9 +42,27 @@ def train(cfg: Config, resume: bool = False) -> Path:
                 run_supervised(cfg, roles, data, log, ckpt, start)
         roles.learner.export_hf(run_dir / "hf")
         write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
+    except ray.exceptions.RayActorError as e:
+        steps = ckpt.steps()
+        raise RunFailed(
+            f"a {_role_of(e)} actor died ({type(e).__name__}); the run stopped. Checkpoints up to "
+            f"step {steps[-1] if steps else 0} are intact in {ckpt.root}: continue with --resume"
+        ) from e
     finally:
         roles.shutdown()
     return run_dir
+
+
+class RunFailed(RuntimeError):
+    """The run stopped on an unrecoverable actor failure; its checkpoints are resumable."""
+
+
+def _role_of(err: Exception) -> str:
+    text = str(err)
+    for role in ("Learner", "RolloutWorker", "RewardActor", "CurriculumSampler"):
+        if role in text:
+            return role
+    return "Ray"
 
 
 def run_rl(
@@ -125,5 +143,8 @@ def main(args: argparse.Namespace) -> int:
     except (FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 2
+    except RunFailed as e:
+        print(f"rlcs train: {e}", file=sys.stderr)
+        return 1
     print(f"run finished: {run_dir} (report: {run_dir / 'report.md'})")
     return 0

@@ -36,7 +36,9 @@ def curriculum_state(run_dir: Path) -> dict:
     from rlcs.curriculum.persistence import load_curriculum
 
     cur = load_curriculum(run_dir, attach=False)
-    state = {k: np.array(getattr(cur, k)) for k in ("attempts", "successes", "ema", "last_seen", "tier")}
+    state = {
+        k: np.array(getattr(cur, k)) for k in ("attempts", "successes", "ema", "last_seen", "tier")
+    }
     return {**state, "iteration": cur.iteration, "expansion_ema": cur.expansion_ema}
 
 
@@ -117,3 +119,33 @@ def test_ray_job_submit_runs_tiny_text(tmp_path):
     assert json.loads((run / "samples" / "step_000002.jsonl").read_text().splitlines()[0])[
         "response"
     ]
+
+
+@pytest.mark.slow
+def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
+    import psutil
+
+    sets = [
+        *FAST,
+        "rollout.engine=hf",
+        "run.iterations=6",
+        "run.save_every=1",
+        f"run.root={tmp_path}",
+    ]
+    args = [a for s in sets for a in ("--set", s)]
+    proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    first = tmp_path / "tiny-text" / "checkpoints" / "step_00000001"
+    deadline = time.monotonic() + 600
+    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    learners = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "ray::Learner" in " ".join(p.cmdline())]  # fmt: skip
+    assert learners, "no learner process found under the driver"
+    learners[0].kill()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    assert "a Learner actor died" in err and "continue with --resume" in err
+    resumed = run_cli("configs/tiny-text.yaml", "--resume", *args)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert [r["step"] for r in read_metrics(tmp_path / "tiny-text")] == [1, 2, 3, 4, 5, 6]
