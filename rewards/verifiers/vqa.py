@@ -68,6 +68,7 @@ def _accepted(answer: Any) -> list[str]:
 
 class VQAVerifier(Verifier):
     name = "vqa"
+    cacheable = True
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         return (normalize_text(extracted), tuple(normalize_text(a) for a in _accepted(answer)))

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from latex2sympy2_extended import latex2sympy
 
+from rewards import FormatError, extract
 from rewards.verifiers import latex_fast
 from rewards.verifiers.math import MathVerifier, equal
 from rewards.verifiers.math_parse import to_sympy
@@ -63,3 +64,20 @@ def test_any_math_text_gets_a_verdict_in_range(pred, gt):
     verdict = MathVerifier().verify(pred, gt, {})
     assert 0.0 <= verdict.reward <= 1.0
     assert verdict.error in (None, "parse")
+
+
+TAGS = st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "<|begin_of_box|>",
+                        "<|end_of_box|>", "\\boxed{", "}", "{", " ", "\n", "42", "x"])  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(TAGS, max_size=14).map("".join), st.sampled_from(["glm", "bare", "boxed"]))
+def test_the_gate_returns_text_or_a_format_error_for_any_tag_soup(response, fmt):
+    try:
+        out = extract(response, fmt)
+    except FormatError as e:
+        assert str(e)
+    else:
+        assert isinstance(out, str)
+        if fmt == "glm":
+            assert response.strip().startswith("<think>") and response.strip().endswith("</answer>")
