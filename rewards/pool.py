@@ -191,8 +191,8 @@ class WorkerPool:
     def submit(self, tasks: Sequence[Task], timeout_s: float, callback: Any = None) -> _Job:
         """Queue ``tasks``; ``callback(outcomes)`` runs on the dispatcher thread when done."""
         job = _Job(len(tasks), timeout_s, callback)
-        if self._closed:
-            job.results = [(0.0, "pool", "the worker pool is closed")] * len(tasks)
+        if self._closed or not self._thread.is_alive():
+            job.results = [(0.0, "pool", "the worker pool is closed or stopped")] * len(tasks)
             job.remaining = 0
             job.finish()
             return job
@@ -237,7 +237,8 @@ class WorkerPool:
                 for w in busy:
                     waitables[w.conn] = (w, True)
                     waitables[w.proc.sentinel] = (w, False)
-                ready = wait_any([self._wake_r, *waitables], timeout=_TICK_S if busy else None)
+                idle_wait = 1.0 if any(w.spare for w in self._workers) else None
+                ready = wait_any([self._wake_r, *waitables], timeout=_TICK_S if busy else idle_wait)
                 for obj in ready:
                     if obj == self._wake_r:
                         os.read(self._wake_r, 4096)
