@@ -7,6 +7,8 @@ weights and KV cache between rollouts so a colocated learner can use the memory.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +16,39 @@ import torch
 from actors.rollout.engine import GenRequest, GenResult
 
 EXTENSION = "actors.weights.vllm_ext.WeightSyncExtension"
+
+
+def engine_kwargs(
+    model_path: str,
+    seed: int = 0,
+    dtype: str = "float32",
+    gpu_memory_utilization: float = 0.1,
+    tensor_parallel_size: int = 1,
+    sleep_mode: bool = False,
+    max_model_len: int | None = None,
+) -> dict[str, Any]:
+    """``vllm.LLM`` arguments of a rollout engine (shared with the throughput benchmark)."""
+    cuda = torch.cuda.is_available()
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        dtype=dtype,
+        seed=seed,
+        gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        enforce_eager=not cuda,
+        max_model_len=max_model_len,
+        enable_sleep_mode=sleep_mode and cuda,
+        worker_extension_cls=EXTENSION,
+    )
+    if not cuda:
+        # vLLM CPU crashes ("CPU Generator does not use offset") when a request with its own
+        # seed is in a partially prefilled chunk; whole prefills avoid it. That needs a token
+        # budget of at least one full-length prompt.
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        longest = max_model_len or int(cfg.get("max_position_embeddings", 4096))
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(longest, 8192))
+    return kwargs
 
 
 class VLLMEngine:
@@ -31,21 +66,13 @@ class VLLMEngine:
     ):
         from vllm import LLM
 
-        cuda = torch.cuda.is_available()
         self.stop_ids = list(stop_ids)
-        self.sleep_mode = sleep_mode and cuda
-        self.llm = LLM(
-            model=model_path,
-            dtype=dtype,
-            seed=seed,
-            gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size,
-            enforce_eager=not cuda,
-            max_model_len=max_model_len,
-            enable_sleep_mode=self.sleep_mode,
-            worker_extension_cls=EXTENSION,
-            **llm_kwargs,
-        )
+        kwargs = engine_kwargs(
+            model_path, seed, dtype, gpu_memory_utilization, tensor_parallel_size, sleep_mode,
+            max_model_len,
+        )  # fmt: skip
+        self.sleep_mode = kwargs["enable_sleep_mode"]
+        self.llm = LLM(**{**kwargs, **llm_kwargs})
         self.asleep = False
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
