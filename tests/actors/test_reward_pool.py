@@ -8,6 +8,8 @@ import threading
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a local Ray start and an actor restart: ~30 s on 2 busy cores
+
 GLM = "<think>t</think><answer><|begin_of_box|>{}<|end_of_box|></answer>"
 
 
@@ -47,16 +49,16 @@ def test_an_actor_killed_mid_batch_loses_no_item(pool, ray_local):
     from actors.reward import RewardActorPool
 
     pid = ray_local.get(pool.actors[0].info.remote())["pid"]
-    # Symbolic items (each a SymPy simplification) keep both actors busy for a while.
+    # Trigonometric identities (each a SymPy simplify) keep both actors busy for seconds.
     items = [
         {
             "domain": "math",
-            "response": GLM.format(f"x^{{2}}+{k + 2}x+{k + 1}"),
-            "answer": f"(x+1)(x+{k + 1})",
+            "response": GLM.format(f"\\sin^{{2}}({k}x)+\\cos^{{2}}({k}x)"),
+            "answer": "1",
         }
-        for k in range(120)
+        for k in range(1, 121)
     ]
-    killer = threading.Timer(0.5, lambda: os.kill(pid, signal.SIGKILL))
+    killer = threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL))
     killer.start()
     small = RewardActorPool(pool.actors, max_shard=8)
     results = small.score(items)
