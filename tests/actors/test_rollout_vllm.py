@@ -156,3 +156,10 @@ def test_greedy_after_sync_equals_transformers(
         assert report.verified_readback > 0
         after = ray_local.get(worker.generate.remote(ITEMS, n=1, step=5, temperature=0.0))
         assert [t.token_ids for t in after] == expected, kind
+
+
+def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
+    """Hundreds of seeded requests at once: vLLM CPU used to die here in chunked prefill."""
+    items = [{"id": f"b{i}", "domain": "math", "prompt": "pad " * (20 + i)} for i in range(64)]
+    trajs = ray_local.get(worker.generate.remote(items, n=4, step=3))
+    assert len(trajs) == 256 and all(len(t.logprobs) == len(t.token_ids) > 0 for t in trajs)
