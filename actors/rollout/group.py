@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
 from rlcs.data import Item, Trajectory
 from rlcs.prompts import balance, expected_cost
@@ -89,14 +89,18 @@ class RolloutGroup:
                 w, idx = running.pop(ready[0])
                 try:
                     trajs = ray.get(ready[0])
-                except (ActorDiedError, ActorUnavailableError, RayActorError) as e:
+                except (ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError) as e:
+                    if isinstance(e, RayTaskError) and not _engine_died(e):
+                        raise
                     msg = (
                         f"rollout worker {w} died mid-batch holding {len(idx)} items "
-                        f"({e.__class__.__name__}); re-queued them on the surviving workers"
+                        f"({_reason(e)}); re-queued them on the surviving workers"
                     )
                     log.error(msg)
                     self.failures.append(msg)
                     self.alive.remove(w)
+                    if isinstance(e, RayTaskError):  # the actor lives on without an engine
+                        ray.kill(self.workers[w])
                     todo.extend(idx)
                     continue
                 by_item: dict[str, list[Trajectory]] = {}
@@ -115,3 +119,14 @@ class RolloutGroup:
     @property
     def live_workers(self) -> list[Any]:
         return [self.workers[w] for w in self.alive]
+
+
+def _engine_died(e: RayTaskError) -> bool:
+    """vLLM's engine process died under a live actor: as good as a dead worker."""
+    return type(
+        getattr(e, "cause", None)
+    ).__name__ == "EngineDeadError" or "EngineDeadError" in str(e)
+
+
+def _reason(e: Exception) -> str:
+    return "its vLLM engine died" if isinstance(e, RayTaskError) else e.__class__.__name__

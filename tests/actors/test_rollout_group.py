@@ -70,3 +70,41 @@ def test_worker_death_mid_batch_is_reported_and_items_survive(ray_local, tiny_te
     with pytest.raises(RolloutError, match="all 2 rollout workers died") as err:
         group.generate(_items(3), step=2)
     assert err.value.item_ids == ["i0", "i1", "i2"]
+
+
+class EngineDeadError(RuntimeError):
+    """Stands in for vLLM's exception of the same name (the group matches it by name)."""
+
+
+def test_worker_whose_engine_died_is_dropped_and_its_items_rerun(ray_local):
+    """Unit test of the group's bookkeeping, with stand-in workers instead of engines."""
+    import ray
+
+    from actors.rollout import RolloutGroup
+    from rlcs.data import Trajectory
+
+    @ray.remote(num_cpus=0)
+    class StandIn:
+        def __init__(self, broken: bool):
+            self.broken = broken
+
+        def generate(self, items, **kw):
+            if self.broken:
+                raise EngineDeadError("EngineCore encountered an issue")
+            return [Trajectory(it.id, "ok", [1], [-0.1], "stop") for it in items]
+
+    group = RolloutGroup([StandIn.remote(True), StandIn.remote(False)])
+    trajs = group.generate(_items(6))
+    assert [t.item_id for t in trajs] == [f"i{i}" for i in range(6)]
+    assert group.alive == [1] and "its vLLM engine died" in group.failures[0]
+
+    class Boom(ValueError):
+        pass
+
+    @ray.remote(num_cpus=0)
+    class BadItems:
+        def generate(self, items, **kw):
+            raise Boom("bad image in item i0")
+
+    with pytest.raises(Boom, match="bad image"):
+        RolloutGroup([BadItems.remote()]).generate(_items(1))
