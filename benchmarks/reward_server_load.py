@@ -7,10 +7,11 @@ pass over the item pool, then runs three bounded phases (count- and time-capped)
 2. clean: 32 clients, each sending single items to ``/v1/score`` one after another;
 3. pathological: the same, with 5% of requests replaced by the inputs the issue names
    (``9^{9^{9^{9}}}``, a 100k-digit number, 5,000 nested parentheses, a 1 MB response).
-p99 figures are over normal items only. The clients run in this process, on the same cores as
+Phases 2 and 3 alternate for ``--rounds`` rounds, so that drift in a shared machine's load
+falls on both. p99 figures are over normal items only. The clients run in this process, on the same cores as
 the server. Prints ``RESULT ...`` last.
 
-    python benchmarks/reward_server_load.py [--requests-per-client 60] [--workers 2]
+    python benchmarks/reward_server_load.py [--requests-per-client 40] [--rounds 3] [--workers 2]
 """
 
 from __future__ import annotations
@@ -130,10 +131,10 @@ class RawClient:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, payload: dict) -> dict:
+    async def post(self, path: str, payload: dict | bytes) -> dict:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        body = json.dumps(payload).encode()
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
         self.writer.write(head + body)
@@ -170,6 +171,9 @@ async def single_phase(
     ]
     latencies: list[float] = []
     bad_sent = 0
+    # Bodies are encoded once, up front: encoding a megabyte per request would load the client.
+    bodies = [json.dumps(item).encode() for item in items]
+    bad_bodies = [json.dumps(item).encode() for item in PATHOLOGICAL]
 
     host, port = base.removeprefix("http://").split(":")
 
@@ -178,7 +182,7 @@ async def single_phase(
         c = RawClient(host, int(port))
         try:
             for bad, k in steps:
-                item = PATHOLOGICAL[k % len(PATHOLOGICAL)] if bad else items[k]
+                item = bad_bodies[k % len(bad_bodies)] if bad else bodies[k]
                 start = time.perf_counter()
                 await c.post("/v1/score", item)
                 elapsed = time.perf_counter() - start
@@ -201,7 +205,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--requests-per-client", type=int, default=60)
+    ap.add_argument("--requests-per-client", type=int, default=40, help="per client and round")
+    ap.add_argument("--rounds", type=int, default=3, help="clean/pathological round pairs")
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--pathological-share", type=float, default=0.05)
     ap.add_argument("--cap-s", type=float, default=120.0, help="time cap per phase")
@@ -215,28 +220,38 @@ def main() -> None:
         httpx.post(base + "/v1/score/batch", json={"items": items}, timeout=120).raise_for_status()
         rate = asyncio.run(batch_phase(base, items, 4, args.batches, args.cap_s))
         print(f"batch: {args.batches} x 256 items, 4 clients: {rate:.0f} items/s", flush=True)
-        clean, _ = asyncio.run(
-            single_phase(base, items, args.clients, args.requests_per_client, 0.0, 1, args.cap_s)
-        )
+        # Clean and pathological rounds alternate, so drift in the machine's load hits both.
+        clean: list[float] = []
+        mixed: list[float] = []
+        bad = 0
+        for r in range(args.rounds):
+            lat, _ = asyncio.run(
+                single_phase(
+                    base, items, args.clients, args.requests_per_client, 0.0, 10 + r, args.cap_s
+                )
+            )
+            clean += lat
+            lat, n_bad = asyncio.run(
+                single_phase(
+                    base,
+                    items,
+                    args.clients,
+                    args.requests_per_client,
+                    args.pathological_share,
+                    20 + r,
+                    args.cap_s,
+                )
+            )
+            mixed += lat
+            bad += n_bad
         p50, p99 = pct(clean, 50), pct(clean, 99)
         print(
             f"clean: {len(clean)} requests, {args.clients} clients: p50 {p50:.1f} ms, p99 {p99:.1f} ms",
             flush=True,
         )
-        mixed, bad = asyncio.run(
-            single_phase(
-                base,
-                items,
-                args.clients,
-                args.requests_per_client,
-                args.pathological_share,
-                2,
-                args.cap_s,
-            )
-        )
         p99_bad = pct(mixed, 99)
-        print(f"with {bad} pathological requests ({args.pathological_share:.0%}): normal items "
-              f"p50 {pct(mixed, 50):.1f} ms, p99 {p99_bad:.1f} ms", flush=True)  # fmt: skip
+        print(f"with {bad} pathological requests ({args.pathological_share:.0%}): {len(mixed)} normal "
+              f"items p50 {pct(mixed, 50):.1f} ms, p99 {p99_bad:.1f} ms", flush=True)  # fmt: skip
         metrics = httpx.get(base + "/metrics").text
         errors = [
             line for line in metrics.splitlines() if line.startswith("rlcs_reward_errors_total")

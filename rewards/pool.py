@@ -27,10 +27,13 @@ from multiprocessing.connection import wait as wait_any
 from typing import Any
 
 from rewards import registry
+from rewards.extract import FormatError, extract
 from rewards.registry import BUILTIN
 
-Task = tuple[str, str, Any, dict]  # (verifier import path, extracted answer, ground truth, options)
-Outcome = tuple[float, str | None, str | None]  # (reward, error, detail)
+#: (verifier import path, extracted answer, ground truth, options[, gate]); see ``run_one``
+Task = tuple
+#: (reward, error, detail[, extracted])
+Outcome = tuple
 
 _PRELOAD = ["rewards.pool", *sorted({p.partition(":")[0] for p in BUILTIN.values()})]
 _TICK_S = 0.01
@@ -45,7 +48,26 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
-def run_one(path: str, extracted: str, answer: Any, options: dict) -> Outcome:
+def run_one(
+    path: str, extracted: str | None, answer: Any, options: dict, gate: tuple | None = None
+) -> Outcome:
+    """Verify one task, turning every failure into an outcome. ``gate`` is
+    ``(response, format, max_answer_chars)`` for responses too large to gate in the caller:
+    the format gate then runs here, under the time limit, and the outcome carries the extracted
+    text as a fourth element."""
+    if gate is None:
+        return _verify(path, extracted, answer, options)
+    response, fmt, max_chars = gate
+    try:
+        extracted = extract(response, fmt)
+    except FormatError as e:
+        return 0.0, "format", str(e), None
+    if len(extracted) > max_chars:
+        return 0.0, "parse", f"answer longer than {max_chars} characters", None
+    return (*_verify(path, extracted, answer, options), extracted)
+
+
+def _verify(path: str, extracted: Any, answer: Any, options: dict) -> Outcome:
     try:
         reward, error, detail = registry.load(path).verify(extracted, answer, options)
         reward = float(reward)

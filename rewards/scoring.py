@@ -6,6 +6,12 @@ boxes, one small action: work with a proven small upper bound) are verified righ
 saves a process round-trip on the single-item latency path; everything else, and every custom
 verifier, goes to the killable workers.
 
+Responses over ``gate_in_caller_max`` characters (64 Ki) are gated in a worker instead, so a
+megabyte of text never holds up the caller's thread (the server's event loop).
+
+An answer (the box content) over ``max_answer_chars`` (64 Ki characters; a dense page of OCR
+is about 10 Ki) is a parse error before any verifier sees it, and is not echoed back.
+
 The cache key is (verifier, normalised answer, normalised ground truth, options). GRPO scores
 groups of rollouts of one prompt, so identical answers are common; within one batch each
 distinct key is verified once. Only deterministic outcomes are cached: a timeout or a crash
@@ -79,11 +85,15 @@ class RewardScorer:
         memory_limit_mb: int = 4096,
         custom_domains: Mapping[str, str] | None = None,
         inline_max: int = 16,
+        max_answer_chars: int = 65_536,
+        gate_in_caller_max: int = 65_536,
     ) -> None:
         for domain, path in (custom_domains or {}).items():
             registry.register(domain, path)
         self.timeout_s = timeout_s
         self.inline_max = inline_max
+        self.max_answer_chars = max_answer_chars
+        self.gate_in_caller_max = gate_in_caller_max
         self.defaults = {"format": "glm", **(defaults or {})}
         self.pool = WorkerPool(workers, memory_limit_mb=memory_limit_mb)
         self._cache: OrderedDict[Hashable, Outcome] = OrderedDict()
@@ -142,10 +152,23 @@ class RewardScorer:
                 detail = f"unknown domain {domain!r}; known: {', '.join(registry.domains())}"
                 self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
                 continue
+            if isinstance(response, str) and len(response) > self.gate_in_caller_max:
+                key = (_UNCACHED, i)  # gated in a worker: off this thread and under the limit
+                plan.waiting[key] = [i]
+                plan.info[key] = (domain, None)
+                plan.tasks.append(
+                    (path, None, answer, opts, (response, fmt, self.max_answer_chars))
+                )
+                plan.bounded.append(False)
+                continue
             try:
                 extracted = extract(response, fmt)
             except FormatError as e:
                 self._set(plan, i, ScoreResult(0.0, False, None, "format", str(e), domain))
+                continue
+            if len(extracted) > self.max_answer_chars:
+                detail = f"answer longer than {self.max_answer_chars} characters"
+                self._set(plan, i, ScoreResult(0.0, True, None, "parse", detail, domain))
                 continue
             key: Hashable = (_UNCACHED, i)
             if verifier.cacheable:
@@ -188,11 +211,14 @@ class RewardScorer:
         for n, key in enumerate(plan.waiting):
             outcome = plan.inline[n] if n in plan.inline else next(from_pool)
             domain, extracted = plan.info[key]
+            format_ok = True
+            if len(outcome) > 3:  # the worker ran the format gate
+                extracted, format_ok = outcome[3], outcome[1] != "format"
             if outcome[1] in _CACHEABLE_ERRORS and key[0] != _UNCACHED:
                 self._remember(key, outcome)
             for k, i in enumerate(plan.waiting[key]):
                 res = ScoreResult(
-                    outcome[0], True, extracted, outcome[1], outcome[2], domain, k > 0
+                    outcome[0], format_ok, extracted, outcome[1], outcome[2], domain, k > 0
                 )
                 self._set(plan, i, res, cache_hit=k > 0)
         return plan.results  # type: ignore[return-value]

@@ -117,7 +117,8 @@ def test_megabyte_responses_in_every_domain_return_in_time(scorer):
     start = time.monotonic()
     results = scorer.score_batch(items, timeout_s=2.0)
     assert time.monotonic() - start < 2.0 + 1.0
-    assert all(r.reward < 0.01 for r in results)
+    assert all(r.reward == 0.0 for r in results)
+    assert all(r.error == "parse" and r.extracted is None for r in results[: len(ALL_DOMAINS)])
     assert all(r.error == "format" for r in results[len(ALL_DOMAINS) :])
 
 
