@@ -134,3 +134,17 @@ def test_register_a_domain_by_import_path(scorer):
         register("x", "not_a_path")
     with pytest.raises(ModuleNotFoundError):
         register("x", "no_such_module:Verifier")
+
+
+def test_large_responses_are_gated_in_a_worker_with_the_same_verdicts(scorer):
+    think = "<think>" + "long reasoning " * 10_000 + "</think>"
+    good = think + "<answer><|begin_of_box|>\\frac{1}{2}<|end_of_box|></answer>"
+    no_box = think + "<answer>1/2</answer>"
+    results = scorer.score_batch([("math", good, "0.5"), ("math", no_box, "0.5")])
+    assert (results[0].reward, results[0].extracted, results[0].format_ok) == (
+        1.0,
+        "\\frac{1}{2}",
+        True,
+    )
+    assert (results[1].error, results[1].format_ok) == ("format", False)
+    assert "box" in results[1].detail
