@@ -84,12 +84,14 @@ def parse_point(text: str) -> tuple[float, float]:
 
 
 def iou_matrix(pred: list, gt: list) -> np.ndarray:
-    """IoU of every predicted box against every ground-truth box, shape (len(pred), len(gt))."""
+    """IoU of every predicted box against every ground-truth box, shape (len(pred), len(gt)).
+    Intersections come from shapely's rectangle clipping, which is several times cheaper than
+    a general polygon intersection and exact for axis-aligned boxes."""
+    gt_arr = np.asarray(gt, dtype=float)
     p = shapely.box(*np.asarray(pred, dtype=float).T)
-    g = shapely.box(*np.asarray(gt, dtype=float).T)
-    pa, ga = p[:, None], g[None, :]
-    inter = shapely.area(shapely.intersection(pa, ga))
-    union = shapely.area(p)[:, None] + shapely.area(g)[None, :] - inter
+    inter = np.stack([shapely.area(shapely.clip_by_rect(p, *g)) for g in gt_arr], axis=1)
+    gt_area = (gt_arr[:, 2] - gt_arr[:, 0]) * (gt_arr[:, 3] - gt_arr[:, 1])
+    union = shapely.area(p)[:, None] + gt_area[None, :] - inter
     return inter / union
 
 

@@ -81,3 +81,22 @@ def test_the_gate_returns_text_or_a_format_error_for_any_tag_soup(response, fmt)
         assert isinstance(out, str)
         if fmt == "glm":
             assert response.strip().startswith("<think>") and response.strip().endswith("</answer>")
+
+
+BOX = st.tuples(
+    st.integers(0, 998), st.integers(0, 998), st.integers(1, 300), st.integers(1, 300)
+).map(lambda b: [b[0], b[1], min(999, b[0] + b[2]), min(999, b[1] + b[3])])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(BOX, min_size=1, max_size=4), st.lists(BOX, min_size=1, max_size=4))
+def test_box_iou_equals_the_general_polygon_intersection(pred, gt):
+    import numpy as np
+    import shapely
+
+    from rewards.verifiers.boxes import iou_matrix
+
+    p, g = shapely.box(*np.asarray(pred, float).T), shapely.box(*np.asarray(gt, float).T)
+    inter = shapely.area(shapely.intersection(p[:, None], g[None, :]))
+    expected = inter / (shapely.area(p)[:, None] + shapely.area(g)[None, :] - inter)
+    assert np.allclose(iou_matrix(pred, gt), expected)
