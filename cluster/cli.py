@@ -38,6 +38,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="where to write the run (default runs/demo)")
+    p.add_argument("--config", default=None, help="the RL config (default configs/tiny-vlm.yaml)")
+    p.add_argument(
+        "--dashboard-port", type=int, default=8266, help="serve the dashboard here (0: do not)"
+    )
 
 
 def _add_serve_rewards(p: argparse.ArgumentParser) -> None:

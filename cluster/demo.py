@@ -1,110 +1,136 @@
-"""`rlcs demo`: the smallest real run of the platform's stack on this machine.
+"""`rlcs demo`: the whole platform on a laptop CPU, in minutes.
 
-It builds the tiny text model and tokenizer, starts a vLLM engine (the CPU build on a host
-without a GPU), samples think/answer-style completions for a few prompts, and prints what it did.
-The full pretrain -> SFT -> RLCS demo replaces this once the training driver lands.
+From ``configs/tiny-vlm.yaml``: build the tiny GLM-4.1V-architecture model and the synthetic
+four-domain data, pretrain on captions, SFT on think/answer examples, evaluate on the held-out
+split, run RL with curriculum sampling on the reward pool and sampler (the dashboard serves the
+live run), evaluate again, and write ``report.md``. It ends with a table of per-domain pass
+rates after SFT and after RL, and a ``RESULT`` line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-PROMPTS = [
-    "What is 17 + 25?",
-    "Read the word in the image: RLCS",
-    "Which box holds the red square?",
-    "Click the Submit button.",
-]
+from rlcs.config import Config, load_config
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-vlm.yaml"
+
+#: What the demo changes in the RL config for its first two stages.
+PRETRAIN = ["stage=pretrain", "learner.steps=40", "learner.lr=2.0e-3", "learner.global_batch=32",
+            "learner.micro_batch=32", "learner.lr_schedule=cosine", "learner.warmup_steps=5"]  # fmt: skip
+SFT = ["stage=sft", "learner.steps=60", "learner.lr=1.0e-3", "learner.global_batch=32",
+       "learner.micro_batch=32", "learner.lr_schedule=cosine", "learner.warmup_steps=5"]  # fmt: skip
 
 
-def run(run_dir: Path, max_tokens: int = 64, n: int = 2) -> dict:
+def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) -> Config:
+    return load_config(
+        base, [*overrides, f"run.root={run_root}", f"run.name={name}", "run.save_every=0"]
+    )
+
+
+def start_dashboard(run_dir: Path, port: int) -> subprocess.Popen:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
     from rich.console import Console
     from rich.table import Table
 
+    from cluster.evaluate import evaluate
+    from cluster.stage_data import load_stage_data
+    from cluster.train import connect_ray, train
+
     console = Console()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with console.status("building the tiny model and tokenizer"):
-        from rlcs.models import build_tiny_text_model
-        from rlcs.tokenizer import stop_token_ids
-
-        t0 = time.perf_counter()
-        model_dir = build_tiny_text_model(run_dir / "model")
-        build_s = time.perf_counter() - t0
-    console.print(f"[green]built[/] tiny text model in {model_dir} ({build_s:.1f}s)")
-
-    with console.status("starting the vLLM engine (about half a minute on 2 CPU cores)"):
-        from vllm import LLM, SamplingParams
-
-        t0 = time.perf_counter()
-        llm = LLM(
-            model=str(model_dir),
-            dtype="float32",
-            gpu_memory_utilization=0.1,
-            max_model_len=512,
-            enforce_eager=True,
-            seed=0,
-        )
-        init_s = time.perf_counter() - t0
-    console.print(f"[green]started[/] vLLM engine in {init_s:.1f}s")
-
-    tok = llm.get_tokenizer()
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-        )
-        for p in PROMPTS
-    ]
-    params = SamplingParams(
-        n=n, max_tokens=max_tokens, top_p=1.0, temperature=1.0, logprobs=0,
-        stop_token_ids=stop_token_ids(tok), skip_special_tokens=False,
-    )  # fmt: skip
     t0 = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=True)
-    gen_s = time.perf_counter() - t0
-    n_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    walls: dict[str, float] = {}
 
-    table = Table(title="sampled completions (random weights: the text is noise until trained)")
-    table.add_column("prompt")
-    table.add_column("tokens", justify="right")
-    table.add_column("mean logprob", justify="right")
-    table.add_column("finish")
-    samples = []
-    for prompt, out in zip(PROMPTS, outputs, strict=True):
-        for c in out.outputs:
-            mean_lp = sum(next(iter(d.values())).logprob for d in c.logprobs) / max(
-                1, len(c.logprobs)
-            )
-            table.add_row(prompt, str(len(c.token_ids)), f"{mean_lp:.2f}", c.finish_reason)
-            samples.append(
-                {"prompt": prompt, "response": c.text, "token_ids": list(c.token_ids),
-                 "mean_logprob": mean_lp, "finish_reason": c.finish_reason}
-            )  # fmt: skip
+    def stage(name: str, fn):
+        console.rule(f"[bold]{name}")
+        s = time.perf_counter()
+        out = fn()
+        walls[name] = time.perf_counter() - s
+        console.print(f"[green]{name} done[/] in {walls[name]:.0f}s")
+        return out
+
+    pre = stage_config(config, root, "pretrain", PRETRAIN)
+    connect_ray(pre)
+    stage("pretrain", lambda: train(pre))
+    sft = stage_config(config, root, "sft", [*SFT, f"model.path={root / 'pretrain' / 'hf'}"])
+    stage("sft", lambda: train(sft))
+    rl = stage_config(config, root, "rl", [f"model.path={root / 'sft' / 'hf'}"])
+    heldout = load_stage_data(rl, rl.run_dir).eval_items
+    before = stage("eval after SFT", lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout))
+
+    dash = None
+    if dashboard_port:
+        dash = start_dashboard(rl.run_dir, dashboard_port)
+        console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]")
+    try:
+        stage("rl", lambda: train(rl))
+    finally:
+        if dash is not None:
+            dash.terminate()
+    after = stage("eval after RL", lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout))
+
+    wall = time.perf_counter() - t0
+    rl_rewards = _domain_rewards(rl.run_dir)
+    table = Table(title=f"held-out pass rate, {len(heldout)} items (greedy)")
+    for col in ("domain", "after SFT", "after RL", "mean RL reward"):
+        table.add_column(col, justify="right" if col != "domain" else "left")
+    for d in [*sorted(k for k in before if k != "all"), "all"]:
+        table.add_row(d, f"{before[d]['pass_rate']:.1%}", f"{after[d]['pass_rate']:.1%}",
+                      f"{rl_rewards.get(d, float('nan')):.3f}" if d != "all" else "")  # fmt: skip
     console.print(table)
+    console.print(f"wall time {wall:.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in walls.items()))
     summary = {
-        "model_dir": str(model_dir),
-        "build_s": round(build_s, 2),
-        "engine_init_s": round(init_s, 2),
-        "generate_s": round(gen_s, 3),
-        "completions": len(samples),
-        "tokens": n_tokens,
-        "tokens_per_s": round(n_tokens / gen_s, 1),
+        "sft_pass_rate": before["all"]["pass_rate"],
+        "rl_pass_rate": after["all"]["pass_rate"],
+        "gain_points": 100 * (after["all"]["pass_rate"] - before["all"]["pass_rate"]),
+        "min_domain_rl_reward": min(rl_rewards.values()) if rl_rewards else 0.0,
+        "wall_s": wall,
+        "before": before,
+        "after": after,
+        "stage_wall_s": walls,
     }
-    (run_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.print(
-        f"generated {n_tokens} tokens in {gen_s:.2f}s ({summary['tokens_per_s']} tokens/s); "
-        f"samples in {run_dir / 'samples.jsonl'}"
-    )
+    (root / "demo.json").write_text(json.dumps(summary, indent=2))
     print(
-        f"RESULT engine_init_s={summary['engine_init_s']} tokens={n_tokens} "
-        f"tokens_per_s={summary['tokens_per_s']}"
+        f"RESULT sft_pass_rate={summary['sft_pass_rate']:.4f} rl_pass_rate={summary['rl_pass_rate']:.4f} "
+        f"gain_points={summary['gain_points']:.2f} min_domain_rl_reward={summary['min_domain_rl_reward']:.4f} "
+        f"wall_s={wall:.1f}"
     )
     return summary
 
 
+def _domain_rewards(run_dir: Path) -> dict[str, float]:
+    """Mean reward per domain over the whole RL stage."""
+    from rlcs.runlog import read_metrics
+
+    sums: dict[str, list[float]] = {}
+    for rec in read_metrics(run_dir):
+        for k, v in rec.items():
+            if k.startswith("reward/") and k not in (
+                "reward/mean",
+                "reward/errors",
+                "reward/format_fail",
+            ):
+                sums.setdefault(k.split("/", 1)[1], []).append(v)
+    return {d: sum(v) / len(v) for d, v in sums.items()}
+
+
 def main(args: argparse.Namespace) -> int:
-    run(Path(args.run_dir or "runs/demo"))
+    root = Path(args.run_dir or "runs/demo")
+    if root.exists() and any(root.iterdir()):
+        print(f"rlcs demo: {root} is not empty; remove it or pass --run-dir", file=sys.stderr)
+        return 2
+    run(Path(args.config or DEFAULT_CONFIG), root.resolve(), args.dashboard_port)
     return 0

@@ -1,0 +1,44 @@
+"""Held-out evaluation: greedy answers from a rollout worker, scored by the verifiers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from statistics import fmean
+
+import ray
+
+from actors.rollout.worker import RolloutWorker
+from rlcs.config import RolloutConfig
+from rlcs.data import Item
+
+
+def evaluate(
+    model_path: str | Path, items: list[Item], rollout: RolloutConfig, num_cpus: float = 1.0
+) -> dict[str, dict[str, float]]:
+    """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item."""
+    import rewards
+
+    cfg = rollout.model_copy(update={"n": 1, "temperature": 0.0})
+    worker = RolloutWorker.options(num_cpus=num_cpus).remote(str(model_path), cfg.model_dump())
+    try:
+        trajs = ray.get(worker.generate.remote(items, n=1, step=0, temperature=0.0))
+    finally:
+        ray.kill(worker)
+    by_id = {it.id: it for it in items}
+    results = rewards.score_batch(
+        [{"domain": by_id[t.item_id].domain, "response": t.response, "answer": by_id[t.item_id].answer}
+         for t in trajs]
+    )  # fmt: skip
+    per: dict[str, list[float]] = defaultdict(list)
+    for t, r in zip(trajs, results, strict=True):
+        per[by_id[t.item_id].domain].append(r.reward)
+    out = {
+        d: {"pass_rate": fmean(x >= 1.0 for x in v), "reward": fmean(v)}
+        for d, v in sorted(per.items())
+    }
+    out["all"] = {
+        "pass_rate": fmean(v["pass_rate"] for v in out.values()),
+        "reward": fmean(v["reward"] for v in out.values()),
+    }
+    return out
