@@ -61,3 +61,30 @@ def test_zero3_pretrain_loss_falls(zero3_learner):
     batch = [{"text": f"zero three keeps shards apart {i}"} for i in range(4)]
     losses = [zero3_learner.train_step("pretrain", batch)["loss"] for _ in range(5)]
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_zero3_export_loads_in_transformers_and_vllm(zero3_learner, tmp_path):
+    """The trained ZeRO-3 model, exported, is the same model in transformers and in vLLM."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = zero3_learner.export_hf(tmp_path / "hf")
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = tok("zero three keeps shards apart 1", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        hf = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+        ours = zero3_learner.engine(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+    torch.testing.assert_close(hf, ours, rtol=0, atol=0)
+    hf_lp = torch.log_softmax(hf, -1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+    vllm = pytest.importorskip("vllm")
+    llm = vllm.LLM(
+        model=out, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256, seed=0
+    )
+    params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+    result = llm.generate([{"prompt_token_ids": ids}], params)[0]
+    vllm_lp = [next(iter(d.values())).logprob for d in result.prompt_logprobs[1:]]
+    assert len(vllm_lp) == len(ids) - 1
+    torch.testing.assert_close(torch.tensor(vllm_lp), hf_lp, rtol=0, atol=1e-3)
+    del llm
