@@ -28,7 +28,7 @@ class Example:
     image: Image.Image
     answer: Any  # what the verifier compares against
     answer_text: str  # what a correct model writes inside the box
-    reasoning: str  # short, correct chain of thought for SFT
+    reasoning: str  # a short, correct chain of thought for SFT (short keeps tiny models fast)
     caption: str  # a description of the image for pretraining
     meta: dict[str, Any] = field(default_factory=dict)
     text_prompt: str | None = None  # the task with the image's content written out, if it can be

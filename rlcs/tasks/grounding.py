@@ -57,7 +57,7 @@ class GroundingTask(TaskGenerator):
             image=img,
             answer=[norm],
             answer_text=str(norm).replace(" ", ""),
-            reasoning=f"The {color} {shape} is in the {where} of the image.",
+            reasoning=f"{color} {shape}, {where}",
             caption=f"A {color} {shape} in the {where}, with {len(taken) - 1} other shapes.",
             meta={"difficulty": difficulty},
         )

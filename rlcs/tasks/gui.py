@@ -87,7 +87,7 @@ class GuiTask(TaskGenerator):
             image=img,
             answer={"action": "click", "box": box},
             answer_text=json.dumps({"action": "click", "point": point}, separators=(",", ":")),
-            reasoning=f"The {label} {kind} is at {point[0]},{point[1]}.",
+            reasoning=f"{label} {kind} at {point[0]},{point[1]}",
             caption=f"A page with {n} elements: {', '.join(labels)}.",
             meta={"difficulty": difficulty, "labels": labels},
         )

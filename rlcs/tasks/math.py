@@ -31,14 +31,13 @@ class MathTask(TaskGenerator):
         y = rng.randint(2, max(2, self.size[1] - (btm - t) - 2)) - t
         draw.text((x, y), expr, fill="black", font=font)
         img = add_noise(img, rng, amount=0.3 * difficulty)
-        spoken = {"+": "plus", "-": "minus", "*": "times"}[op]
         return Example(
             domain=self.domain,
             prompt="Compute the value of the expression in the image.",
             image=img,
             answer=str(value),
             answer_text=str(value),
-            reasoning=f"The expression is {expr}. {a} {spoken} {b} is {value}.",
+            reasoning=f"{expr} = {value}",
             caption=f"An image of the arithmetic expression {expr}.",
             meta={"expression": expr, "difficulty": difficulty},
             text_prompt=f"Compute the value of {expr}.",

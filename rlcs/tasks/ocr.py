@@ -38,7 +38,7 @@ class OcrTask(TaskGenerator):
             image=img,
             answer=text,
             answer_text=text,
-            reasoning=f"The characters are {', '.join(text)}.",
+            reasoning=" ".join(text),
             caption=f"An image with the text {text} written on it.",
             meta={"difficulty": difficulty},
             text_prompt=f"Repeat this code exactly: {text}",
