@@ -30,14 +30,14 @@ def check_box(box: Any) -> tuple[float, float, float, float]:
     if not isinstance(box, (list, tuple)) or len(box) != 4:
         raise BoxError(f"a box is [x1, y1, x2, y2], got {box!r:.60}")
     try:
-        x1, y1, x2, y2 = (float(v) for v in box)
+        x1, y1, x2, y2 = map(float, box)
     except (TypeError, ValueError):
         raise BoxError(f"box coordinates must be numbers, got {box!r:.60}") from None
+    if 0.0 <= x1 < x2 <= COORD_MAX and 0.0 <= y1 < y2 <= COORD_MAX:
+        return x1, y1, x2, y2
     if not all(0.0 <= v <= COORD_MAX for v in (x1, y1, x2, y2)):
         raise BoxError(f"box coordinates must lie in 0..999, got {box!r:.60}")
-    if not (x1 < x2 and y1 < y2):
-        raise BoxError(f"box needs x1 < x2 and y1 < y2, got {box!r:.60}")
-    return x1, y1, x2, y2
+    raise BoxError(f"box needs x1 < x2 and y1 < y2, got {box!r:.60}")
 
 
 def check_point(point: Any) -> tuple[float, float]:
@@ -89,7 +89,9 @@ def iou_matrix(pred: list, gt: list) -> np.ndarray:
     a general polygon intersection and exact for axis-aligned boxes."""
     gt_arr = np.asarray(gt, dtype=float)
     p = shapely.box(*np.asarray(pred, dtype=float).T)
-    inter = np.stack([shapely.area(shapely.clip_by_rect(p, *g)) for g in gt_arr], axis=1)
+    inter = np.empty((len(p), len(gt_arr)))
+    for j, (x1, y1, x2, y2) in enumerate(gt_arr.tolist()):
+        inter[:, j] = shapely.area(shapely.clip_by_rect(p, x1, y1, x2, y2))
     gt_area = (gt_arr[:, 2] - gt_arr[:, 0]) * (gt_arr[:, 3] - gt_arr[:, 1])
     union = shapely.area(p)[:, None] + gt_area[None, :] - inter
     return inter / union

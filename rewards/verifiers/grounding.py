@@ -53,7 +53,7 @@ class GroundingVerifier(Verifier):
             return Verdict(0.0, "parse", str(e))
         tau = float(options.get("iou_threshold", DEFAULT_IOU))
         ious = iou_matrix(pred, gt)
-        adjacent = [[j for j in range(len(gt)) if ious[i, j] > tau] for i in range(len(pred))]
+        adjacent = [[j for j, hit in enumerate(row) if hit] for row in (ious > tau).tolist()]
         matched = max_matching(adjacent, len(gt))
         denominator = len(gt)
         if options.get("penalize_extra_boxes", True):
