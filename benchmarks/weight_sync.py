@@ -108,12 +108,14 @@ def main() -> None:
     if not args.skip_tiny:
         text = build_tiny_text_model(tmp / "text")
         w = RolloutWorker.remote(str(text), vllm_cfg)
+        ray.get(w.ready.remote())
         m = trained(text)
         show(f"tiny-text->vllm/{args.transport}", sum(p.numel() for p in m.parameters()),
              *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip
         ray.kill(w)
         vlm = build_tiny_vlm(tmp / "vlm")
         w = RolloutWorker.remote(str(vlm), dict(vllm_cfg, engine="hf"))
+        ray.get(w.ready.remote())
         m = trained(vlm, "Glm4vForConditionalGeneration")
         show(f"tiny-vlm->hf/{args.transport}", sum(p.numel() for p in m.parameters()),
              *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip

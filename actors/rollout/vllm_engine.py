@@ -8,6 +8,7 @@ weights and KV cache between rollouts so a colocated learner can use the memory.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,15 @@ class VLLMEngine:
     def stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if self.asleep:
             self.wake_up()
-        return self.llm.collective_rpc("rlcs_stage_weights", args=(kind, payload, version))[0]
+        if kind != "cpu_bytes":
+            return self.llm.collective_rpc("rlcs_stage_weights", args=(kind, payload, version))[0]
+        from actors.weights.cpu_bytes import to_local_file
+
+        local = to_local_file(payload)
+        try:  # the engine maps the file; it stays readable to it after the unlink
+            return self.llm.collective_rpc("rlcs_stage_weights", args=(kind, local, version))[0]
+        finally:
+            os.unlink(local["file"])
 
     def commit_weights(self, version: str) -> dict[str, Any]:
         results = self.llm.collective_rpc("rlcs_commit_weights", args=(version,))

@@ -140,7 +140,6 @@ class WeightTransport(ABC):
 
     def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> SyncReport:
         """Send every tensor, load them into each engine, verify; raise on any difference."""
-        import ray
 
         t0 = time.perf_counter()
         # A fresh id per push: the transport is often pickled into the learner actor, so a
@@ -160,7 +159,7 @@ class WeightTransport(ABC):
                         raise WeightSyncError(f"tensor {name!r} pushed twice in one sync")
                     expected[name] = ""
                 # Wait for the previous bucket before sending the next: bounds memory to ~2 buckets.
-                ray.get(pending, timeout=self.timeout_s)
+                self._wait(pending, "receive a bucket")
                 pending = self._send_bucket(bucket, nbuckets)
                 nbuckets += 1
                 # Checksum while the engines take the bucket in.
@@ -170,18 +169,11 @@ class WeightTransport(ABC):
                     order.append(name)
                     nbytes += t.numel() * t.element_size()
                 t_checksum += time.perf_counter() - tc
-            ray.get(pending, timeout=self.timeout_s)
+            self._wait(pending, "receive a bucket")
             t_sent = time.perf_counter()
-            try:
-                results = ray.get(
-                    [w.commit_weights.remote(self.version) for w in self.workers],
-                    timeout=self.timeout_s,
-                )
-            except ray.exceptions.RayTaskError as e:
-                cause = e.cause if getattr(e, "cause", None) is not None else e
-                raise WeightSyncError(
-                    f"an engine failed to load the pushed weights: {cause}"
-                ) from e
+            results = self._wait(
+                [w.commit_weights.remote(self.version) for w in self.workers], "load the weights"
+            )
         finally:
             self._cleanup()
         t_commit = time.perf_counter()
@@ -215,6 +207,29 @@ class WeightTransport(ABC):
                 **engine_phases,
             },
         )
+
+    def _wait(self, refs: list[Any], what: str) -> list[Any]:
+        """``ray.get`` that names the rollout worker which failed, as a ``WeightSyncError``."""
+        import ray
+
+        try:
+            return ray.get(refs, timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError as e:
+            raise WeightSyncError(
+                f"rollout workers did not {what} within {self.timeout_s} s"
+            ) from e
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            index = "?"
+            for i, ref in enumerate(refs):
+                try:
+                    ray.get(ref, timeout=0)
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+                    index = str(i)
+                    break
+                except ray.exceptions.GetTimeoutError:
+                    continue
+            cause = getattr(e, "cause", None) or e
+            raise WeightSyncError(f"rollout worker {index} failed to {what}: {cause}") from e
 
     @abstractmethod
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:

@@ -219,3 +219,15 @@ def test_vllm_sleep_and_wake_between_iterations(ray_local, tiny_text_model):
         assert again[0].token_ids == first[0].token_ids, "wakes up with the same weights"
     finally:
         ray_local.kill(w)
+
+
+def test_push_to_a_dead_worker_names_it(ray_local, hf_workers, tied_model):
+    from actors.rollout import RolloutWorker
+    from actors.weights import make_transport
+
+    dead = RolloutWorker.remote(str(tied_model), dict(engine="hf", n=1))
+    ray_local.get(dead.ready.remote())
+    ray_local.kill(dead)
+    tp = make_transport("cpu_bytes", [hf_workers[0], dead], bucket_mb=1)
+    with pytest.raises(WeightSyncError, match="rollout worker 1 failed to receive a bucket"):
+        tp.push(_trained(tied_model, seed=14).named_parameters())
