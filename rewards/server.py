@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hmac
 import json
 import os
@@ -333,6 +334,12 @@ def main(args: argparse.Namespace) -> int:
         max_batch=getattr(args, "max_batch", DEFAULT_MAX_BATCH),
         default_domain=getattr(args, "default_domain", "math"),
     )
+    for domain in registry.domains():  # import every verifier now, not on the first request
+        registry.load(registry.path_for(domain))
+    # Everything loaded so far (SymPy, FastAPI, the verifiers) lives as long as the server:
+    # keep it out of the cyclic collector, whose full passes would otherwise stall requests.
+    gc.collect()
+    gc.freeze()
     print(f"rlcs reward server on http://{args.host}:{args.port} (docs at /docs)", flush=True)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
