@@ -8,6 +8,8 @@ boundary where gradients are reduced across ranks and the optimizer steps. The n
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from rlcs.config import LearnerConfig
@@ -18,8 +20,9 @@ def deepspeed_config(
 ) -> dict[str, Any]:
     """DeepSpeed config for one learner rank of ``cfg.num_ranks``.
 
-    ZeRO stage, precision, clipping and the LR schedule come from ``cfg``; the optimizer is a
-    client ``torch.optim.AdamW`` passed by the learner, so no native op needs compiling on CPU.
+    ZeRO stage, precision and clipping come from ``cfg``. The optimizer (``torch.optim.AdamW``,
+    so no native op needs compiling on CPU) and the LR schedule (``lr_factor``) are client
+    objects passed by the learner.
     """
     per_step = cfg.micro_batch * cfg.num_ranks
     gas = max(1, cfg.global_batch // per_step)
@@ -48,36 +51,29 @@ def deepspeed_config(
     }
     if cfg.precision == "bf16":
         out["bf16"] = {"enabled": True}
-    scheduler = lr_scheduler(cfg, total_steps or cfg.steps)
-    if scheduler is not None:
-        out["scheduler"] = scheduler
     return out
 
 
-def lr_scheduler(cfg: LearnerConfig, total_steps: int) -> dict[str, Any] | None:
-    """DeepSpeed's built-in schedulers, so their state is checkpointed with the engine."""
+def lr_factor(cfg: LearnerConfig, total_steps: int) -> Callable[[int], float]:
+    """Multiplier of ``cfg.lr`` for optimizer step ``k`` (0-based), for ``LambdaLR``.
+
+    Linear warmup from ``lr / (warmup + 1)`` (so no step is wasted at 0), then constant, linear
+    decay to 0, or cosine decay to 0 at ``total_steps``. A client ``LambdaLR`` rather than
+    DeepSpeed's schedulers: theirs start at 0 and shift the cosine by one step; DeepSpeed still
+    checkpoints the client scheduler's state with the engine.
+    """
     warmup = cfg.warmup_steps
-    if cfg.lr_schedule == "constant":
-        if warmup == 0:
-            return None
-        params = dict(
-            warmup_min_lr=0.0, warmup_max_lr=cfg.lr, warmup_num_steps=warmup, warmup_type="linear"
-        )
-        return {"type": "WarmupLR", "params": params}
-    if cfg.lr_schedule == "linear":
-        params = dict(
-            total_num_steps=max(total_steps, warmup + 1),
-            warmup_min_lr=0.0,
-            warmup_max_lr=cfg.lr,
-            warmup_num_steps=warmup,
-            warmup_type="linear",
-        )
-        return {"type": "WarmupDecayLR", "params": params}
-    params = dict(
-        total_num_steps=max(total_steps, warmup + 1),
-        warmup_min_ratio=0.0,
-        warmup_num_steps=warmup,
-        cos_min_ratio=0.0,
-        warmup_type="linear",
-    )
-    return {"type": "WarmupCosineLR", "params": params}
+    horizon = max(total_steps - warmup, 1)
+    kind = cfg.lr_schedule
+
+    def factor(k: int) -> float:
+        if k < warmup:
+            return (k + 1) / (warmup + 1)
+        done = min(k - warmup, horizon) / horizon
+        if kind == "linear":
+            return 1.0 - done
+        if kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        return 1.0
+
+    return factor

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from actors import learner_checkpoint as ckpt
-from actors.deepspeed_config import deepspeed_config
+from actors.deepspeed_config import deepspeed_config, lr_factor
 from actors.learner_batches import RankStep, prepare_step
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
@@ -125,7 +125,10 @@ class Learner:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=lc.lr, weight_decay=lc.weight_decay)
         ds_cfg = deepspeed_config(lc, self.device)
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_cfg)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(lc, lc.steps))
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
+        )
         self.is_vlm = hasattr(model.config, "vision_config")
         if lc.grpo.kl_coef > 0:
             self.ref_model = load_hf_model(self.model_path).to(self.engine.device).eval()
@@ -219,11 +222,13 @@ class Learner:
                     stats["loss"] += float(loss.detach())
                     for k, v in info.items():
                         stats[k] += v
+            stats["lr"] = float(
+                self.engine.optimizer.param_groups[0]["lr"]
+            )  # what this step applies
             self.engine.step()
             self.steps += 1
             norm = self.engine.get_global_grad_norm()
             stats["grad_norm"] = float(norm) if norm is not None else float("nan")
-        stats["lr"] = float(self.engine.get_lr()[0])
         stats["step_s"] = time.perf_counter() - t0
         stats["optimizer_steps"] = float(len(step.minis))
         return stats

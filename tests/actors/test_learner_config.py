@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from actors.deepspeed_config import deepspeed_config
+from actors.deepspeed_config import deepspeed_config, lr_factor
 from rlcs.config import LearnerConfig
 
 
@@ -14,7 +16,7 @@ def test_defaults_give_zero2_fp32_unmanaged_accumulation():
     assert ds["zero_optimization"]["overlap_comm"] is False
     assert ds["managed_gradient_accumulation"] is False
     assert ds["gradient_clipping"] == 1.0
-    assert "bf16" not in ds and "scheduler" not in ds
+    assert "bf16" not in ds and "scheduler" not in ds and "optimizer" not in ds
     assert (
         ds["train_batch_size"]
         == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"]
@@ -35,13 +37,25 @@ def test_zero_stage_precision_and_batch_arithmetic(stage):
 
 
 @pytest.mark.parametrize(
-    ("schedule", "warmup", "kind"),
-    [("constant", 10, "WarmupLR"), ("linear", 0, "WarmupDecayLR"), ("cosine", 5, "WarmupCosineLR")],
+    ("schedule", "expected"),
+    [
+        ("constant", [1 / 3, 2 / 3, 1, 1, 1, 1]),
+        ("linear", [1 / 3, 2 / 3, 1, 0.75, 0.5, 0.25]),
+        (
+            "cosine",
+            [
+                1 / 3,
+                2 / 3,
+                1,
+                (1 + math.cos(math.pi / 4)) / 2,
+                0.5,
+                (1 - math.cos(math.pi / 4)) / 2,
+            ],
+        ),
+    ],
 )
-def test_lr_schedules(schedule, warmup, kind):
-    cfg = LearnerConfig(lr=3e-4, lr_schedule=schedule, warmup_steps=warmup, steps=100)
-    sched = deepspeed_config(cfg)["scheduler"]
-    assert sched["type"] == kind
-    assert sched["params"]["warmup_num_steps"] == warmup
-    if kind != "WarmupLR":
-        assert sched["params"]["total_num_steps"] == 100
+def test_lr_schedules_warm_up_from_a_nonzero_rate(schedule, expected):
+    cfg = LearnerConfig(lr=3e-4, lr_schedule=schedule, warmup_steps=2, steps=6)
+    f = lr_factor(cfg, cfg.steps)
+    assert [f(k) for k in range(6)] == pytest.approx(expected)
+    assert f(100) == pytest.approx(expected[-1] if schedule == "constant" else 0.0, abs=1e-12)
