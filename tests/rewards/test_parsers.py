@@ -100,3 +100,24 @@ def test_box_iou_equals_the_general_polygon_intersection(pred, gt):
     inter = shapely.area(shapely.intersection(p[:, None], g[None, :]))
     expected = inter / (shapely.area(p)[:, None] + shapely.area(g)[None, :] - inter)
     assert np.allclose(iou_matrix(pred, gt), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60), st.sampled_from(["chart", "grounding", "gui", "vqa", "ocr"]))
+def test_any_text_gets_a_verdict_in_range_in_every_domain(text, domain):
+    from rewards.verifiers.chart import ChartVerifier
+    from rewards.verifiers.grounding import GroundingVerifier
+    from rewards.verifiers.gui import GUIVerifier
+    from rewards.verifiers.ocr import OCRVerifier
+    from rewards.verifiers.vqa import VQAVerifier
+
+    verifier, answer = {
+        "chart": (ChartVerifier(), "2019"),
+        "grounding": (GroundingVerifier(), [[0, 0, 100, 100]]),
+        "gui": (GUIVerifier(), {"action": "click", "box": [0, 0, 100, 100]}),
+        "vqa": (VQAVerifier(), "three"),
+        "ocr": (OCRVerifier(), "hello"),
+    }[domain]
+    verdict = verifier.verify(text, answer, {})
+    assert 0.0 <= verdict.reward <= 1.0
+    assert verdict.error in (None, "parse")

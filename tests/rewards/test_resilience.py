@@ -148,3 +148,20 @@ def test_large_responses_are_gated_in_a_worker_with_the_same_verdicts(scorer):
     )
     assert (results[1].error, results[1].format_ok) == ("format", False)
     assert "box" in results[1].detail
+
+
+def test_concurrent_callers_with_hanging_items_all_finish(bad_scorer):
+    import concurrent.futures as cf
+
+    def call(k: int) -> list:
+        items = [("hang", "hang" if k % 3 == 0 and i == 0 else "ok", None) for i in range(30)]
+        return bad_scorer.score_batch(items, timeout_s=1.0)
+
+    start = time.monotonic()
+    with cf.ThreadPoolExecutor(8) as ex:
+        batches = list(ex.map(call, range(8)))
+    assert time.monotonic() - start < 2 * (1.0 + 1.0)
+    for k, results in enumerate(batches):
+        hung = k % 3 == 0
+        assert [r.error for r in results[:1]] == (["timeout"] if hung else [None])
+        assert all(r.reward == 1.0 for r in results[1:])
