@@ -140,10 +140,12 @@ class RewardScorer:
             plan.results.append(None)
             try:
                 domain, response, answer, item_opts = _item_fields(item)
+                opts = {**self.defaults, **item_opts}
+                hash(domain)
             except (KeyError, TypeError, ValueError) as e:
-                self._set(plan, i, ScoreResult(0.0, False, None, "request", f"bad item: {e}"))
+                detail = f"bad item ({type(e).__name__}: {e}); expected domain, response, answer, options"
+                self._set(plan, i, ScoreResult(0.0, False, None, "request", detail[:200]))
                 continue
-            opts = {**self.defaults, **item_opts}
             fmt = opts.pop("format")
             try:
                 path = registry.path_for(domain)

@@ -165,3 +165,16 @@ def test_concurrent_callers_with_hanging_items_all_finish(bad_scorer):
         hung = k % 3 == 0
         assert [r.error for r in results[:1]] == (["timeout"] if hung else [None])
         assert all(r.reward == 1.0 for r in results[1:])
+
+
+def test_malformed_items_are_request_errors_not_exceptions(scorer):
+    results = scorer.score_batch(
+        [
+            {"domain": "math"},
+            ("math", glm("1"), "1", ["not", "a", "dict"]),
+            (["math"], glm("1"), "1"),
+            42,
+        ]
+    )
+    assert [r.error for r in results] == ["request"] * 4
+    assert "expected domain, response, answer" in results[0].detail
