@@ -131,10 +131,41 @@ def _match_unordered(xs: list, ys: list, rel_tol: float) -> bool:
     return True
 
 
+def _as_set(x: sympy.Basic) -> sympy.Basic:
+    """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities."""
+    inequality = isinstance(x, sympy.core.relational.Relational) and not isinstance(
+        x, (sympy.Eq, sympy.Ne)
+    )
+    if inequality and len(x.free_symbols) == 1:
+        try:
+            return x.as_set()
+        except (NotImplementedError, TypeError, ValueError):
+            return x
+    return x
+
+
+def _as_point(x: sympy.Basic, other: sympy.Basic) -> sympy.Basic:
+    """``x = 2, y = 3`` as the point ``(2, 3)`` (variables in name order) when compared
+    with a tuple, or with ``(2, 3)`` read as an open interval."""
+    if not isinstance(other, (sympy.Tuple, sympy.Interval)) or not isinstance(x, sympy.FiniteSet):
+        return x
+    eqs = list(x.args)
+    if len(eqs) < 2 or not all(isinstance(e, sympy.Eq) and e.lhs.is_Symbol for e in eqs):
+        return x
+    values = [e.rhs for e in sorted(eqs, key=lambda e: e.lhs.name)]
+    if isinstance(other, sympy.Interval) and (
+        not (other.left_open and other.right_open) or len(values) != 2
+    ):
+        return x
+    return sympy.Tuple(*values)
+
+
 def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     """Mathematical equivalence of two parsed answers."""
     if a == b:
         return True
+    a, b = _as_set(a), _as_set(b)
+    a, b = _as_point(a, b), _as_point(b, a)
     if isinstance(a, sympy.Eq) and not isinstance(b, sympy.Eq) and a.lhs.is_Symbol:
         a = a.rhs
     if isinstance(b, sympy.Eq) and not isinstance(a, sympy.Eq) and b.lhs.is_Symbol:
@@ -154,6 +185,10 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
         return _match_unordered(list(a.args), list(b.args), rel_tol)
     if isinstance(a, sympy.MatrixBase) and isinstance(b, sympy.MatrixBase):
         return a.shape == b.shape and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, sympy.Tuple) and isinstance(b, sympy.Interval):
+        b = sympy.Tuple(b.start, b.end)
+    if isinstance(b, sympy.Tuple) and isinstance(a, sympy.Interval):
+        a = sympy.Tuple(a.start, a.end)
     if isinstance(a, sympy.Tuple) and isinstance(b, sympy.Tuple):
         return len(a) == len(b) and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
@@ -180,6 +215,8 @@ class MathVerifier(Verifier):
         letter = mp.choice_letter(gt)
         if letter is not None:
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
+        if mp.fast_number(gt) is not None:
+            pred = mp.strip_unit_words(pred)
         fast = _fast_equal(pred, gt, rel_tol)
         if fast is not None:
             return Verdict(float(fast))

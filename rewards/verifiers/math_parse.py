@@ -45,6 +45,8 @@ _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 _FRAC = re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
 _SLASH = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
+_MIXED = re.compile(r"^([+-]?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}$")  # 1\frac{1}{2} = 3/2
+_UNIT_WORDS = re.compile(r"^(\S+)\s+[A-Za-z]+(?:\^?\d)?(?:\s*/\s*[A-Za-z]+)?\.?$")  # 5 cm, 3 m/s
 _SCI = re.compile(
     r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x)\s*10\^\{?([+-]?\d+)\}?$"
 )
@@ -132,6 +134,10 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
         m = _SLASH.match(s)
         if m:
             return Fraction(int(m.group(1)), int(m.group(2))), pct
+        m = _MIXED.match(s)
+        if m and int(m.group(3)) < int(m.group(4)):
+            value = int(m.group(2)) + Fraction(int(m.group(3)), int(m.group(4)))
+            return (-value if m.group(1) == "-" else value), pct
         m = _SCI.match(s)
         if m:
             exp = int(m.group(2))
@@ -141,6 +147,14 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
     except (ValueError, ZeroDivisionError):
         return None
     return None
+
+
+def strip_unit_words(pred: str) -> str:
+    """``5 cm`` -> ``5`` when what precedes the words is a plain number."""
+    m = _UNIT_WORDS.match(pred)
+    if m and fast_number(m.group(1)) is not None:
+        return m.group(1)
+    return pred
 
 
 def check_size(s: str) -> None:
