@@ -8,6 +8,7 @@ alone would leave stale packed weights (FACTS.md).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -15,11 +16,25 @@ from actors.weights.base import tensor_checksum
 from actors.weights.receiver import StagedWeights
 
 
+class _QuietRotary(logging.Filter):
+    """vLLM warns "RotaryEmbedding: Failed to load weights" on every in-place reload: the rotary
+    cache is a buffer computed from the config, never in a checkpoint. Real misses are caught
+    by the coverage check in ``rlcs_commit_weights``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("%s: Failed to load weights") or (
+            "Rotary" not in str(record.args[0] if record.args else "")
+        )
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; ``self.model_runner`` is vLLM's."""
 
     def _rlcs_stage(self) -> StagedWeights:
         if not hasattr(self, "_rlcs_staged"):
+            logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+                _QuietRotary()
+            )
             params = dict(self.model_runner.get_model().named_parameters())
 
             def readable(name: str, t) -> bool:
