@@ -28,11 +28,11 @@ class HFEngine:
         model_path: str,
         stop_ids: list[int],
         dtype: str = "float32",
-        device: str = "cpu",
+        device: str | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.device = torch.device(device)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.stop_ids = list(stop_ids)
         self.vlm = _is_glm4v(model_path)
         if self.vlm:
