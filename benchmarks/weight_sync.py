@@ -16,6 +16,7 @@ Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -97,11 +98,20 @@ def main() -> None:
 
     import ray
 
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tmp = Path(tempfile.mkdtemp(prefix="rlcs-bench-sync-"))
+    try:
+        run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the large model is half a GB
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    import ray
+
     from actors.rollout import RolloutWorker
     from rlcs.models import build_tiny_text_model, build_tiny_vlm
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tmp = Path(tempfile.mkdtemp(prefix="rlcs-bench-sync-"))
     vllm_cfg = dict(
         engine="vllm", n=1, max_think_tokens=16, max_answer_tokens=8, gpu_memory_utilization=0.05
     )
