@@ -179,18 +179,23 @@ class Curriculum:
         available = self.population() - self._acc["taken"]
         quotas = split_quota(n, self.domain_share, available.sum(axis=1))
         weights = self.weights()
-        out = []
+        counts = np.zeros_like(available)
         for d in np.flatnonzero(quotas).tolist():
-            counts = spread_over_tiers(
+            counts[d] = spread_over_tiers(
                 int(quotas[d]), weights[d] * available[d], available[d], self.rng
             )
-            for t in np.flatnonzero(counts).tolist():
-                key = d * self.scheme.num_tiers + t
-                taken = self.last_seen if exclude else None
-                out.append(self.pools.sample(key, int(counts[t]), self.rng, taken, self.iteration))
-                self._acc["sampled"][d, t] += counts[t]
-                self._acc["taken"][d, t] += counts[t]
-        idx = np.concatenate(out) if out else np.empty(0, np.int64)
+        keys = np.flatnonzero(counts.reshape(-1))
+        wanted = counts.reshape(-1)[keys]
+        if exclude:
+            parts = [
+                self.pools.sample(int(k), int(c), self.rng, self.last_seen, self.iteration)
+                for k, c in zip(keys.tolist(), wanted.tolist(), strict=True)
+            ]
+            idx = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        else:
+            idx = self.pools.sample_many(keys, wanted, self.rng)
+        self._acc["sampled"] += counts
+        self._acc["taken"] += counts
         idx = idx[self.rng.permutation(len(idx))]
         self.last_seen[idx] = self.iteration
         return idx
@@ -326,14 +331,14 @@ class Curriculum:
         a = self.config.tier_rate_ema
         blended = np.where(np.isnan(self.observed), rate, (1 - a) * self.observed + a * rate)
         self.observed = np.where(np.isnan(rate), self.observed, blended)
-        row = self._aggregates(groups, valid_fraction)
-        if self.store is not None:
-            self.store.write_iteration(*row)
+        row = self._iteration_row(groups, valid_fraction)
+        if self.store is not None:  # the per-tier rows are only built when someone keeps them
+            self.store.write_iteration(row, self._tier_rows())
         self._reset_iteration()
-        return row[0]
+        return row
 
-    def _aggregates(self, groups: int, valid_fraction: float | None):
-        acc, pop, weights = self._acc, self.population(), self.weights()
+    def _iteration_row(self, groups: int, valid_fraction: float | None) -> dict[str, Any]:
+        acc = self._acc
         seen = self.histogram.sum()
         mean = float((self._sum_p[:, : self.scheme.unseen].sum()) / seen) if seen else None
         row = {
@@ -351,6 +356,10 @@ class Curriculum:
             "rejected": sum(self.rejected.values()) - self._rejected_at_start,
             "histogram": self.histogram.tolist(),
         }
+        return row
+
+    def _tier_rows(self) -> list[dict[str, Any]]:
+        acc, pop, weights = self._acc, self.population(), self.weights()
         tiers = []
         for d, dname in enumerate(self.domain_names):
             for t, tname in enumerate(self.scheme.names):
@@ -369,7 +378,7 @@ class Curriculum:
                         "weight": float(weights[d, t]),
                     }
                 )
-        return row, tiers
+        return tiers
 
     def save(self, run_dir: str | Path) -> Path:
         """Save the full state, crash-safe, to ``RUN_DIR/curriculum/``."""

@@ -81,6 +81,41 @@ class TierPools:
         self.pos[items] = np.arange(size, need, dtype=np.int32)
         self.sizes[key] = need
 
+    def sample_many(
+        self, keys: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """``counts[j]`` distinct members of pool ``keys[j]``, for all pools in one go.
+
+        Sparse draws (count well under the pool size) share one vectorised uniform draw, with
+        repeats inside a pool drawn again until none is left, which gives a uniform subset.
+        Near-full pools are permuted. A handful of numpy calls, however many pools.
+        """
+        keys = np.asarray(keys, np.int64)
+        counts = np.minimum(np.asarray(counts, np.int64), self.sizes[keys])
+        dense = counts * 4 >= self.sizes[keys]
+        parts = [
+            self.members(k)[rng.permutation(int(self.sizes[k]))[:c]]
+            for k, c in zip(keys[dense].tolist(), counts[dense].tolist(), strict=True)
+        ]
+        sparse_keys, sparse_counts = keys[~dense], counts[~dense]
+        if len(sparse_keys):
+            owner = np.repeat(np.arange(len(sparse_keys)), sparse_counts)
+            span = self.sizes[sparse_keys][owner]
+            pos = (rng.random(len(owner)) * span).astype(np.int64)
+            while True:
+                _, first = np.unique((owner << 32) | pos, return_index=True)
+                repeat = np.ones(len(pos), dtype=bool)
+                repeat[first] = False
+                if not repeat.any():
+                    break
+                pos[repeat] = (rng.random(int(repeat.sum())) * span[repeat]).astype(np.int64)
+            ends = np.cumsum(sparse_counts)
+            for j, key in enumerate(sparse_keys.tolist()):
+                parts.append(self.members(key)[pos[ends[j] - sparse_counts[j] : ends[j]]])
+        if not parts:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate(parts).astype(np.int64)
+
     def sample(
         self,
         key: int,

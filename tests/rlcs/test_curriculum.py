@@ -198,3 +198,19 @@ def test_core_and_dashboard_never_import_ray():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pool_draws_are_uniform_and_distinct():
+    from rlcs.curriculum.pools import TierPools
+
+    pools = TierPools(np.repeat([0, 1], [5000, 40]), num_keys=2)
+    rng = np.random.default_rng(0)
+    hits = np.zeros(5040)
+    for _ in range(2000):
+        idx = pools.sample_many(np.array([0, 1]), np.array([100, 30]), rng)
+        assert len(idx) == len(np.unique(idx)) == 130
+        hits[idx] += 1
+    sparse, dense = hits[:5000], hits[5000:]
+    # each of the 5,000 is drawn with p = 0.02 (mean 40, sd 6.3); each of the 40 with p = 0.75
+    assert abs(sparse.mean() - 40) < 0.01 and sparse.std() < 8 and sparse.min() > 10
+    assert np.all(np.abs(dense - 1500) < 6 * np.sqrt(2000 * 0.75 * 0.25))
