@@ -8,7 +8,6 @@ are an optional mapping supplied by the caller.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import expansion
+from rlcs.curriculum.aggregates import iteration_row, tier_rows
 from rlcs.curriculum.evidence import group_successes, merged_pass_rate
 from rlcs.curriculum.pools import TierPools
 from rlcs.curriculum.quotas import split_quota, spread_over_tiers
@@ -331,54 +331,11 @@ class Curriculum:
         a = self.config.tier_rate_ema
         blended = np.where(np.isnan(self.observed), rate, (1 - a) * self.observed + a * rate)
         self.observed = np.where(np.isnan(rate), self.observed, blended)
-        row = self._iteration_row(groups, valid_fraction)
+        row = iteration_row(self, groups, valid_fraction)
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
-            self.store.write_iteration(row, self._tier_rows())
+            self.store.write_iteration(row, tier_rows(self))
         self._reset_iteration()
         return row
-
-    def _iteration_row(self, groups: int, valid_fraction: float | None) -> dict[str, Any]:
-        acc = self._acc
-        seen = self.histogram.sum()
-        mean = float((self._sum_p[:, : self.scheme.unseen].sum()) / seen) if seen else None
-        row = {
-            "iteration": self.iteration,
-            "time": time.time(),
-            "policy": self.config.policy,
-            "sampled": int(acc["sampled"].sum()),
-            "groups": groups,
-            "valid_groups": int(acc["valid"]),
-            "valid_fraction": valid_fraction,
-            "pass_at_k": acc["solved"] / groups if groups else None,
-            "expansion_ratio": self.expansion_ratio,
-            "expansion_ema": self.expansion_ema,
-            "mean_pass_rate": mean,
-            "rejected": sum(self.rejected.values()) - self._rejected_at_start,
-            "histogram": self.histogram.tolist(),
-        }
-        return row
-
-    def _tier_rows(self) -> list[dict[str, Any]]:
-        acc, pop, weights = self._acc, self.population(), self.weights()
-        tiers = []
-        for d, dname in enumerate(self.domain_names):
-            for t, tname in enumerate(self.scheme.names):
-                rollouts = int(acc["rollouts"][d, t])
-                tiers.append(
-                    {
-                        "iteration": self.iteration,
-                        "domain": dname,
-                        "tier": tname,
-                        "population": int(pop[d, t]),
-                        "sampled": int(acc["sampled"][d, t]),
-                        "groups": int(acc["groups"][d, t]),
-                        "rollouts": rollouts,
-                        "successes": int(acc["successes"][d, t]),
-                        "pass_rate": acc["successes"][d, t] / rollouts if rollouts else None,
-                        "weight": float(weights[d, t]),
-                    }
-                )
-        return tiers
 
     def save(self, run_dir: str | Path) -> Path:
         """Save the full state, crash-safe, to ``RUN_DIR/curriculum/``."""
