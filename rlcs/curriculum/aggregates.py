@@ -1,4 +1,4 @@
-"""Per-iteration aggregates of a ``Curriculum``: the rows the SQLite store keeps for the dashboard."""
+"""Per-iteration aggregates of a ``Curriculum``: the rows the dashboard reads from SQLite."""
 
 from __future__ import annotations
 
