@@ -5,7 +5,8 @@ common subset (numbers, + - * / ^, \\frac, \\sqrt, \\pi, \\infty, letters with s
 implicit products, !, a few functions, equations, intervals, sets, tuples, \\cup) in tens of
 microseconds and raises ``Unsupported`` for anything else, which then goes to latex2sympy.
 It follows latex2sympy's conventions ((a, b) is an open interval, a bare list is a set) so the
-two parsers agree. Powers and factorials that could be huge are built unevaluated.
+two parsers agree. Numeric powers too large to compute are refused (``TooLarge``); large
+factorials stay unevaluated.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ _SMALL_FACT = 20  # larger factorials stay symbolic, as in latex2sympy
 
 class Unsupported(ValueError):
     """Outside this parser's subset: use the full grammar instead."""
+
+
+class TooLarge(ValueError):
+    """A power whose exact value is astronomically large. SymPy would compute it as soon as
+    any arithmetic touched it (even an unevaluated Pow, once negated), so refuse it here."""
 
 
 def _tokens(s: str) -> list[str]:
@@ -98,10 +104,9 @@ class _Parser:
             return base
         self.take()
         exp = self.exponent()
-        if exp.is_Integer and abs(int(exp)) <= _SMALL_EXP and _small_result(base, int(exp)):
-            return base**exp
-        if base.is_number and exp.is_number:
-            return sympy.Pow(base, exp, evaluate=False)
+        numeric = base.is_number and exp.is_Rational and abs(base) not in (0, 1)
+        if numeric and not _cheap_power(base, exp):
+            raise TooLarge("a power too large to evaluate")
         return base**exp
 
     def exponent(self) -> sympy.Expr:
@@ -187,15 +192,15 @@ class _Parser:
         raise Unsupported(tok)
 
 
-def _small_result(base: sympy.Expr, exp: int) -> bool:
-    """Whether base**exp is cheap to compute exactly (under ~100k bits)."""
-    if not base.is_Rational:  # SymPy folds (a^b)^c into a^(bc): keep towers unevaluated
-        return not base.is_number or (
-            abs(exp) <= 64
-            and not any(isinstance(n, sympy.Pow) for n in sympy.preorder_traversal(base))
-        )
-    bits = max(abs(base.p).bit_length(), base.q.bit_length())
-    return bits * abs(exp) <= 100_000
+def _cheap_power(base: sympy.Expr, exp: sympy.Rational) -> bool:
+    """Whether SymPy can compute base**exp exactly in little time and memory (under ~100k
+    bits). SymPy folds (a^b)^c into a^(bc), so a base that holds a power counts as risky."""
+    e = abs(exp.p) / exp.q
+    if base.is_Rational:
+        return max(abs(base.p).bit_length(), base.q.bit_length()) * e <= 100_000
+    if e <= 64:
+        return True
+    return e <= _SMALL_EXP and not base.has(sympy.Pow)
 
 
 def _letter(tok: str) -> sympy.Expr:

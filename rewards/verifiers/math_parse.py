@@ -210,6 +210,8 @@ def to_sympy(s: str) -> sympy.Basic:
     latex = plain_to_latex(s)
     try:
         return latex_fast.parse(latex)
+    except latex_fast.TooLarge as e:
+        raise MathParseError(str(e)) from None
     except (latex_fast.Unsupported, RecursionError, ValueError, TypeError, ZeroDivisionError):
         pass
     try:

@@ -131,6 +131,19 @@ def test_identical_towers_match_without_evaluation():
     assert V.verify("9^{9^{9^{9}}}", "9^{9^{9^{9}}}", {}).reward == 1.0
 
 
+@pytest.mark.parametrize(
+    "pred",
+    ["10^{10^{10}} - 10^{10^{10}} + 5", "(\\sqrt{2})^{10^{9}}", "2^{10^{10}/3}", "\\pi^{100000}"],
+)
+def test_powers_too_large_to_compute_are_parse_errors_not_hangs(pred):
+    import time
+
+    start = time.monotonic()
+    res = V.verify(pred, "5", {})
+    assert (res.reward, res.error) == (0.0, "parse") and "too large" in res.detail
+    assert time.monotonic() - start < 0.5
+
+
 def test_through_the_pool_equal_answers_share_one_verification(scorer):
     items = [{"domain": "math", "response": glm("\\frac{6}{8}"), "answer": "0.75"}] * 8
     results = scorer.score_batch(items)
