@@ -6,8 +6,9 @@ boxes, one small action: work with a proven small upper bound) are verified righ
 saves a process round-trip on the single-item latency path; everything else, and every custom
 verifier, goes to the killable workers.
 
-Responses over ``gate_in_caller_max`` characters (64 Ki) are gated in a worker instead, so a
-megabyte of text never holds up the caller's thread (the server's event loop).
+Responses over ``gate_in_caller_max`` characters (64 Ki) whose gate would not be cheap here
+(thousands of '<' to hop over, or a ``\\boxed{}`` to brace-match) are gated in a worker
+instead, so a megabyte of text never holds up the caller's thread (the server's event loop).
 
 An answer (the box content) over ``max_answer_chars`` (64 Ki characters; a dense page of OCR
 is about 10 Ki) is a parse error before any verifier sees it, and is not echoed back.
@@ -28,7 +29,7 @@ from typing import Any
 
 from rewards import registry
 from rewards.base import ScoreResult
-from rewards.extract import FormatError, extract
+from rewards.extract import FormatError, cheap_to_gate, extract
 from rewards.pool import Outcome, WorkerPool, run_one
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -154,7 +155,9 @@ class RewardScorer:
                 detail = f"unknown domain {domain!r}; known: {', '.join(registry.domains())}"
                 self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
                 continue
-            if isinstance(response, str) and len(response) > self.gate_in_caller_max:
+            if isinstance(response, str) and not cheap_to_gate(
+                response, fmt, self.gate_in_caller_max
+            ):
                 key = (_UNCACHED, i)  # gated in a worker: off this thread and under the limit
                 plan.waiting[key] = [i]
                 plan.info[key] = (domain, None)

@@ -121,3 +121,17 @@ def test_any_text_gets_a_verdict_in_range_in_every_domain(text, domain):
     verdict = verifier.verify(text, answer, {})
     assert 0.0 <= verdict.reward <= 1.0
     assert verdict.error in (None, "parse")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(TAGS, max_size=16).map("".join))
+def test_marker_hopping_gate_agrees_with_the_counting_gate(response):
+    from rewards.extract import _glm, _glm_scan
+
+    def outcome(gate):
+        try:
+            return gate(response.strip() if gate is _glm_scan else response)
+        except FormatError as e:
+            return f"error: {e}"
+
+    assert outcome(_glm) == outcome(_glm_scan)

@@ -139,7 +139,7 @@ def test_register_a_domain_by_import_path(scorer):
         register("x", "no_such_module:Verifier")
 
 
-def test_large_responses_are_gated_in_a_worker_with_the_same_verdicts(scorer):
+def test_large_responses_keep_their_verdicts_wherever_they_are_gated(scorer):
     think = "<think>" + "long reasoning " * 10_000 + "</think>"
     good = think + "<answer><|begin_of_box|>\\frac{1}{2}<|end_of_box|></answer>"
     no_box = think + "<answer>1/2</answer>"
@@ -181,3 +181,13 @@ def test_malformed_items_are_request_errors_not_exceptions(scorer):
     )
     assert [r.error for r in results] == ["request"] * 4
     assert "expected domain, response, answer" in results[0].detail
+
+
+def test_a_large_response_full_of_angle_brackets_is_gated_in_a_worker(scorer):
+    soup = (
+        "<think>" + "a < b " * 20_000 + "</think><answer><|begin_of_box|>5<|end_of_box|></answer>"
+    )
+    start = time.monotonic()
+    res = scorer.score("math", soup, "5")
+    assert (res.reward, res.extracted) == (1.0, "5")
+    assert time.monotonic() - start < 2.0
