@@ -61,7 +61,7 @@ def start_roles(
         return roles
     workers = [
         RolloutWorker.options(**placement.options("rollout", i), max_restarts=1).remote(
-            str(model_path), cfg.rollout.model_dump(), worker_index=i
+            str(model_path), cfg.rollout.model_dump(), dtype=cfg.model.dtype, worker_index=i
         )
         for i in range(cfg.rollout.num_workers)
     ]
