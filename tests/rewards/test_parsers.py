@@ -126,12 +126,12 @@ def test_any_text_gets_a_verdict_in_range_in_every_domain(text, domain):
 @settings(max_examples=500, deadline=None)
 @given(st.lists(TAGS, max_size=16).map("".join))
 def test_marker_hopping_gate_agrees_with_the_counting_gate(response):
-    from rewards.extract import _glm, _glm_scan
+    from rewards.extract import _glm_hop, _glm_scan
 
     def outcome(gate):
         try:
-            return gate(response.strip() if gate is _glm_scan else response)
+            return gate(response.strip())
         except FormatError as e:
             return f"error: {e}"
 
-    assert outcome(_glm) == outcome(_glm_scan)
+    assert outcome(_glm_hop) == outcome(_glm_scan)
