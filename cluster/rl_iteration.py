@@ -98,7 +98,7 @@ def run_iteration(
         ray.get(roles.sampler.end_iteration.remote())
         stats = ray.get(roles.sampler.stats.remote())
     wall = time.perf_counter() - t_start
-    metrics = _metrics(trajs, items, report, learn, stats, timings, wall)
+    metrics = _metrics(roles, trajs, items, report, learn, stats, timings, wall)
     samples = [
         {**t.to_dict(), "domain": items[t.item_id].domain, "selected": t.item_id in selected}
         for t in trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
@@ -106,7 +106,7 @@ def run_iteration(
     return IterationResult(metrics, samples, timings)
 
 
-def _metrics(trajs, items, report, learn, stats, timings, wall) -> dict[str, float]:
+def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[str, float]:
     m: dict[str, float] = {}
     rewards = [t.reward for t in trajs]
     m["reward/mean"] = fmean(rewards) if rewards else 0.0
@@ -124,6 +124,8 @@ def _metrics(trajs, items, report, learn, stats, timings, wall) -> dict[str, flo
     m["response/forced_answer_rate"] = (
         fmean(float(t.forced_answer) for t in trajs) if trajs else 0.0
     )
+    m["rollout/restarts"] = float(roles.rollout.restarts)
+    m["reward/actor_retries"] = float(roles.rewards.retries)
     m["curriculum/groups"] = float(report["groups"])
     m["curriculum/valid_fraction"] = report["valid_groups"] / max(1, report["groups"])
     m["curriculum/selected"] = float(len(report["selected"]))

@@ -86,10 +86,11 @@ def start_roles(
         resume=resume,
     )
     ray.get([w.ready.remote() for w in workers])
-    roles.rollout = RolloutGroup(workers)
     roles.transport = make_transport(
         cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
     )
+    # a restarted engine holds the base weights: bring it to the learner's before it generates
+    roles.rollout = RolloutGroup(workers, on_restart=lambda: learner.push_weights(roles.transport))
     return roles
 
 

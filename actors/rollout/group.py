@@ -9,6 +9,8 @@ lost when no worker is left, and then the error names every item that was not ge
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -29,12 +31,25 @@ class RolloutError(RuntimeError):
 
 
 class RolloutGroup:
-    def __init__(self, workers: list[Any]):
+    """Workers started with ``max_restarts`` come back after a crash: the group waits for the
+    restart, calls ``on_restart`` (the driver pushes the current weights there, since a fresh
+    engine holds the base model), and gives it the dead worker's items again."""
+
+    def __init__(
+        self,
+        workers: list[Any],
+        on_restart: Callable[[], Any] | None = None,
+        restart_timeout_s: float = 300.0,
+    ):
         if not workers:
             raise ValueError("a rollout group needs at least one worker")
         self.workers = list(workers)
         self.alive = list(range(len(workers)))
         self.failures: list[str] = []
+        self.restarts = 0
+        self.on_restart = on_restart
+        self.restart_timeout_s = restart_timeout_s
+        self._pids: dict[int, int] = {}
 
     @classmethod
     def create(
@@ -68,6 +83,7 @@ class RolloutGroup:
         items = [it if isinstance(it, Item) else Item.model_validate(it) for it in items]
         done: dict[int, list[Trajectory]] = {}
         todo = list(range(len(items)))
+        self._check_restarts()
         while todo:
             if not self.alive:
                 lost = [items[i].id for i in todo]
@@ -92,6 +108,15 @@ class RolloutGroup:
                 except (ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError) as e:
                     if isinstance(e, RayTaskError) and not _engine_died(e):
                         raise
+                    todo.extend(idx)
+                    if not isinstance(e, RayTaskError) and self._restarted(w):
+                        msg = (
+                            f"rollout worker {w} died mid-batch holding {len(idx)} items "
+                            f"({_reason(e)}); Ray restarted it and its items run again"
+                        )
+                        log.error(msg)
+                        self.failures.append(msg)
+                        continue
                     msg = (
                         f"rollout worker {w} died mid-batch holding {len(idx)} items "
                         f"({_reason(e)}); re-queued them on the surviving workers"
@@ -101,7 +126,6 @@ class RolloutGroup:
                     self.alive.remove(w)
                     if isinstance(e, RayTaskError):  # the actor lives on without an engine
                         ray.kill(self.workers[w])
-                    todo.extend(idx)
                     continue
                 by_item: dict[str, list[Trajectory]] = {}
                 for t in trajs:
@@ -109,6 +133,47 @@ class RolloutGroup:
                 for i in idx:
                     done[i] = by_item.get(items[i].id, [])
         return [t for i in range(len(items)) for t in done[i]]
+
+    def _check_restarts(self) -> None:
+        """A worker restarted between calls (a new process) gets the current weights first."""
+        pids = {w: self._pid(w) for w in list(self.alive)}
+        changed = [
+            w for w, pid in pids.items() if pid is not None and self._pids.get(w, pid) != pid
+        ]
+        self._pids.update({w: pid for w, pid in pids.items() if pid is not None})
+        if changed:
+            msg = (
+                f"rollout workers {changed} restarted since the last batch; pushing current weights"
+            )
+            log.error(msg)
+            self.failures.append(msg)
+            self.restarts += len(changed)
+            if self.on_restart is not None:
+                self.on_restart()
+
+    def _pid(self, w: int) -> int | None:
+        """Worker ``w``'s process id, waiting out a restart in progress; None if it is gone."""
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                return ray.get(self.workers[w].info.remote(), timeout=self.restart_timeout_s)["pid"]
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.5)  # restarting: Ray answers "unavailable" until it is back
+            except (ActorDiedError, RayActorError, ray.exceptions.GetTimeoutError):
+                return None
+
+    def _restarted(self, w: int) -> bool:
+        """Whether worker ``w`` came back (Ray's ``max_restarts``), with fresh weights pushed."""
+        pid = self._pid(w)
+        if pid is None:
+            return False
+        self.restarts += 1
+        self._pids[w] = pid
+        if self.on_restart is not None:
+            self.on_restart()
+        return True
 
     def sleep(self) -> None:
         ray.get([self.workers[w].sleep.remote() for w in self.alive])

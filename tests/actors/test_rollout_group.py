@@ -88,6 +88,9 @@ def test_worker_whose_engine_died_is_dropped_and_its_items_rerun(ray_local):
         def __init__(self, broken: bool):
             self.broken = broken
 
+        def info(self):
+            return {"pid": os.getpid()}
+
         def generate(self, items, **kw):
             if self.broken:
                 raise EngineDeadError("EngineCore encountered an issue")
@@ -103,6 +106,9 @@ def test_worker_whose_engine_died_is_dropped_and_its_items_rerun(ray_local):
 
     @ray.remote(num_cpus=0)
     class BadItems:
+        def info(self):
+            return {"pid": os.getpid()}
+
         def generate(self, items, **kw):
             raise Boom("bad image in item i0")
 
