@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ def resolve_model(cfg: Config, run_dir: Path) -> Path:
     path = run_dir / "model"
     if not (path / "config.json").is_file():
         build = build_tiny_vlm if cfg.model.tiny == "vlm" else build_tiny_text_model
-        build(path, seed=cfg.run.seed, dtype=cfg.model.dtype)
+        overrides = copy.deepcopy(cfg.model.tiny_overrides)  # the builder pops sub-configs
+        build(path, seed=cfg.run.seed, dtype=cfg.model.dtype, **overrides)
     return path
 
 

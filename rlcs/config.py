@@ -29,6 +29,11 @@ class ModelConfig(Section):
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
+    tiny_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Changes to the tiny model's defaults, e.g. {text: {hidden_size: 256}} for "
+        "a VLM (its `text` and `vision` sub-configs) or {hidden_size: 256} for a text model.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:

@@ -23,10 +23,17 @@ class GroundingTask(TaskGenerator):
     def __init__(self, size: tuple[int, int] = (112, 112)):
         self.size = size
 
-    def _place(self, rng: random.Random, taken: list[tuple[int, int, int, int]], side: int):
+    def _place(
+        self, rng: random.Random, taken: list[tuple[int, int, int, int]], side: int, grid: int = 0
+    ):
+        """A free spot for a ``side``-pixel shape; on a ``grid``-pixel lattice if ``grid``."""
         w, h = self.size
         for _ in range(50):
-            x, y = rng.randint(2, w - side - 2), rng.randint(2, h - side - 2)
+            if grid:
+                x = rng.choice(range(2, w - side - 1, grid))
+                y = rng.choice(range(2, h - side - 1, grid))
+            else:
+                x, y = rng.randint(2, w - side - 2), rng.randint(2, h - side - 2)
             box = (x, y, x + side, y + side)
             if all(box[2] < o[0] or o[2] < box[0] or box[3] < o[1] or o[3] < box[1] for o in taken):
                 return box
@@ -37,12 +44,16 @@ class GroundingTask(TaskGenerator):
         draw = ImageDraw.Draw(img)
         color, shape = rng.choice(list(COLORS)), rng.choice(SHAPES)
         n_distractors = round(difficulty * 4)
-        side = rng.randint(22, 34) - round(difficulty * 8)
-        target = self._place(rng, [], side)
+        # Easy: one size of shape on a 3x3 lattice, so "top left" and the like pin the box down.
+        # Harder: any size and any place.
+        easy = difficulty < 0.5
+        side = 40 if easy else rng.randint(36, 48) - round(difficulty * 20)
+        grid = 28 if easy else 0
+        target = self._place(rng, [], side, grid)
         taken = [target]
         others = [(c, s) for c in COLORS for s in SHAPES if (c, s) != (color, shape)]
         for _ in range(n_distractors):
-            box = self._place(rng, taken, side)
+            box = self._place(rng, taken, side, grid)
             if box is None:
                 break
             taken.append(box)
