@@ -10,6 +10,7 @@ sampler, so the learner's ``latest`` pointer is the commit point there.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -38,14 +39,15 @@ class Checkpointer:
     def resume_point(self) -> int:
         """The step to continue after: 0 when nothing was checkpointed yet."""
         if self.cfg.stage == "rl":
-            from rlcs.curriculum.persistence import load_curriculum
+            from rlcs.curriculum.snapshot import SnapshotError, latest_snapshot
 
-            if not (self.run_dir / "curriculum").is_dir():
+            try:  # the snapshot's meta alone: loading 10M items' arrays would take seconds
+                meta = json.loads(
+                    (latest_snapshot(self.run_dir / "curriculum") / "meta.json").read_text()
+                )
+            except (SnapshotError, FileNotFoundError):
                 return 0
-            try:
-                step = load_curriculum(self.run_dir, attach=False).iteration
-            except FileNotFoundError:
-                return 0
+            step = int(meta["iteration"])
         else:
             latest = self.root / "latest"
             if not latest.is_file():
