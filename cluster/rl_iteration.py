@@ -95,8 +95,9 @@ def run_iteration(
             sync = roles.learner.push_weights(roles.transport)
         timings["sync_transfer"] = sync.seconds
     with timed(timings, "sampler"):
-        ray.get(roles.sampler.end_iteration.remote())
+        closed = ray.get(roles.sampler.end_iteration.remote())
         stats = ray.get(roles.sampler.stats.remote())
+    stats["tier_pass_rate"] = closed.get("tier_pass_rate", {})
     wall = time.perf_counter() - t_start
     metrics = _metrics(roles, trajs, items, report, learn, stats, timings, wall)
     samples = [
@@ -133,6 +134,8 @@ def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[s
     m["curriculum/expansion_ema"] = float(stats["expansion_ema"])
     for tier, count in stats["tiers"].items():
         m[f"curriculum/tier/{tier}"] = float(count)
+    for tier, rate in stats["tier_pass_rate"].items():
+        m[f"pass_rate/tier/{tier}"] = rate
     for key in ("loss", "tokens", "clipped", "grad_norm", "lr"):
         if isinstance(learn.get(key), (int, float)):
             m[key] = float(learn[key])

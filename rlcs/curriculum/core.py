@@ -334,6 +334,13 @@ class Curriculum:
         row = iteration_row(self, groups, valid_fraction)
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
             self.store.write_iteration(row, tier_rows(self))
+        # this iteration's pass rate per tier (all domains), for the run's metrics
+        rollouts, successes = acc["rollouts"].sum(axis=0), acc["successes"].sum(axis=0)
+        row["tier_pass_rate"] = {
+            name: float(successes[t] / rollouts[t])
+            for t, name in enumerate(self.scheme.names)
+            if rollouts[t]
+        }
         self._reset_iteration()
         return row
 
