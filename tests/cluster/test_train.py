@@ -109,16 +109,16 @@ def test_ray_job_submit_runs_tiny_text(tmp_path):
     from cluster.local_head import local_ray_head
 
     with local_ray_head(num_cpus=2) as head:
+        # the README's command, as is
         r = head.submit("rlcs", "train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path}",
-                        "--set", "run.iterations=2", working_dir=str(ROOT), timeout=900)  # fmt: skip
+                        working_dir=str(ROOT), timeout=900)  # fmt: skip
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "succeeded" in r.stdout
     run = tmp_path / "tiny-text"
     assert (run / "report.md").is_file()
-    assert [m["step"] for m in read_metrics(run)] == [1, 2]
-    assert json.loads((run / "samples" / "step_000002.jsonl").read_text().splitlines()[0])[
-        "response"
-    ]
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4]
+    first = json.loads((run / "samples" / "step_000004.jsonl").read_text().splitlines()[0])
+    assert first["response"] and first["reward"] is not None
 
 
 @pytest.mark.slow
