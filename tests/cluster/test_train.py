@@ -149,3 +149,19 @@ def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
     resumed = run_cli("configs/tiny-text.yaml", "--resume", *args)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert [r["step"] for r in read_metrics(tmp_path / "tiny-text")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["pretrain", "sft"])
+def test_supervised_stages_run_through_the_same_driver(tmp_path, stage):
+    sets = [*FAST, f"stage={stage}", "learner.steps=3", "learner.global_batch=4", "learner.micro_batch=4",
+            "learner.lr=1.0e-3", "run.save_every=2", f"run.root={tmp_path}", f"run.name={stage}"]  # fmt: skip
+    r = run_cli("configs/tiny-text.yaml", *[a for s in sets for a in ("--set", s)])
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = tmp_path / stage
+    recs = read_metrics(run)
+    assert [m["step"] for m in recs] == [1, 2, 3] and all(m["stage"] == stage for m in recs)
+    assert recs[-1]["loss"] < recs[0]["loss"] and recs[0]["tokens_per_s"] > 0
+    assert (run / "checkpoints" / "step_00000003").is_dir() and (
+        run / "hf" / "config.json"
+    ).is_file()
