@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcs.config import Config
-from rlcs.data import DatasetError, Item, decode_image, load_items
+from rlcs.data import DatasetError, Item, decode_image, load_items, read_rows
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
 
@@ -98,19 +98,12 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
 def _read_rows(path: Path, stage: str) -> list[dict[str, Any]]:
     need = ("text",) if stage == "pretrain" else ("prompt", "response")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(path, lineno, f"invalid JSON: {e.msg}") from None
-            missing = [k for k in need if not isinstance(row.get(k), str)]
-            if missing:
-                raise DatasetError(path, lineno, f"a {stage} row needs {', '.join(missing)}")
-            row["_base"] = str(path.parent)
-            rows.append(row)
+    for lineno, row in read_rows(path):
+        missing = [k for k in need if not isinstance(row.get(k), str)]
+        if missing:
+            raise DatasetError(path, lineno, f"a {stage} row needs {', '.join(missing)}")
+        row["_base"] = str(path.parent)
+        rows.append(row)
     return rows
 
 

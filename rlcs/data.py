@@ -104,8 +104,8 @@ def _b64(text: str) -> bytes:
         raise ValueError(f"invalid base64 image: {e}") from None
 
 
-def _rows(path: Path):
-    """Yield (line_number, row) from a JSONL or Parquet file."""
+def read_rows(path: Path):
+    """Yield (line_number, row) from a JSONL or Parquet file; bad JSON is a ``DatasetError``."""
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".json"}:
         with path.open("r", encoding="utf-8") as f:
@@ -145,7 +145,7 @@ def load_items(
     for p in map(Path, paths):
         if not p.is_file():
             raise DatasetError(p, None, "dataset file not found")
-        for lineno, row in _rows(p):
+        for lineno, row in read_rows(p):
             if not isinstance(row, dict):
                 raise DatasetError(p, lineno, "a row must be a JSON object")
             if "id" not in row or row["id"] in (None, ""):
