@@ -140,7 +140,7 @@ def _domain_rewards(run_dir: Path) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
     for rec in read_metrics(run_dir):
         for k, v in rec.items():
-            # a domain has both reward/D and pass_rate/D; reward/mean, reward/errors, ... do not
+            # a domain has both reward/D and pass_rate/D; reward/mean does not
             domain = k.split("/", 1)[1] if k.startswith("reward/") else None
             if domain and f"pass_rate/{domain}" in rec:
                 sums.setdefault(domain, []).append(v)

@@ -117,16 +117,16 @@ def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[s
     for d, rs in sorted(by_domain.items()):
         m[f"reward/{d}"] = fmean(rs)
         m[f"pass_rate/{d}"] = fmean(1.0 if r >= 1.0 else 0.0 for r in rs)
-    m["reward/errors"] = float(
+    m["errors/reward"] = float(
         sum(1 for t in trajs if t.reward_detail.get("error") not in (None, "format"))
     )
-    m["reward/format_fail"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
+    m["errors/format"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
     m["response/length"] = fmean(len(t.token_ids) for t in trajs) if trajs else 0.0
     m["response/forced_answer_rate"] = (
         fmean(float(t.forced_answer) for t in trajs) if trajs else 0.0
     )
-    m["rollout/restarts"] = float(roles.rollout.restarts)
-    m["reward/actor_retries"] = float(roles.rewards.retries)
+    m["errors/rollout_restarts"] = float(roles.rollout.restarts)
+    m["errors/reward_actor_retries"] = float(roles.rewards.retries)
     m["curriculum/groups"] = float(report["groups"])
     m["curriculum/valid_fraction"] = report["valid_groups"] / max(1, report["groups"])
     m["curriculum/selected"] = float(len(report["selected"]))

@@ -15,6 +15,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Response length": ("response/length", "response/forced_answer_rate"),
     "Loss": ("loss",),
     "Time per phase (s)": ("time/",),
+    "Errors and restarts (counts)": ("errors/",),
 }
 
 

@@ -53,7 +53,7 @@ def test_killed_rollout_worker_and_reward_actor_are_restarted(tmp_path):
 
     recs = read_metrics(tmp_path / "tiny-text")
     assert [r["step"] for r in recs] == [1, 2, 3, 4]
-    assert recs[-1]["rollout/restarts"] >= 1
+    assert recs[-1]["errors/rollout_restarts"] >= 1
     # every rollout was reported to the curriculum exactly once: attempts = groups x n
     from rlcs.curriculum.persistence import load_curriculum
 
