@@ -16,6 +16,7 @@ from PIL import Image
 from rlcs.tasks.base import Example, TaskGenerator, to_norm_box
 
 CHROMIUM = "/usr/bin/chromium"
+#: Headless flags for a closed network: no background fetches, no updates, no sync.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

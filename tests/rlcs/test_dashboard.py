@@ -21,18 +21,8 @@ import pytest
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import Curriculum, curriculum_from_items
 from rlcs.data import Item
+from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
 TOKEN = "s3cret-dashboard-token"
 PLOTS = ["plot-tiers", "plot-passrate", "plot-expansion", "plot-valid", "plot-hist", "plot-sampled"]
