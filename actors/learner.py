@@ -202,10 +202,15 @@ class Learner:
         grpo = self.config.learner.grpo
         if step.objective == "policy":
             micro_all = [mb for mini in step.minis for mb in mini]
-            self._fill_logprobs(step.docs, micro_all, "old_logprobs", self.engine)
+            # With one optimizer step per call the update is on-policy: the old logprobs are
+            # the training forward's own, detached, and the extra forward pass is skipped.
+            if len(step.minis) > 1:
+                self._fill_logprobs(step.docs, micro_all, "old_logprobs", self.engine)
             if self.ref_model is not None:
                 self._fill_logprobs(step.docs, micro_all, "ref_logprobs", self.ref_model)
         stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
+        if step.objective == "policy":
+            stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
         for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None
@@ -246,9 +251,19 @@ class Learner:
         if objective == "lm":
             return (weights * -lp).sum(), info
         ent = token_entropy(logits) if grpo.entropy_coef > 0 else None
+        old = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()
+        if "rollout_logprobs" in b:
+            # The learner's and the engine's logprobs of the sampled tokens, same weights, both
+            # raw: they agree to float noise unless the learner sees something else than the
+            # engine did (another prompt, a missing image, a stale sync). Forced tokens (0.0)
+            # and masked ones are left out.
+            roll = b["rollout_logprobs"].to(dev)
+            seen = active & (roll != 0)
+            info["logprob_mismatch_sum"] = float((old - roll).abs()[seen].sum())
+            info["logprob_mismatch_tokens"] = float(seen.sum())
         terms = ppo_clip_terms(
             lp,
-            b["old_logprobs"].to(dev),
+            old,
             b["advantages"].to(dev),
             eps_low=grpo.eps_low,
             eps_high=grpo.eps_high,

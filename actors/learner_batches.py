@@ -151,10 +151,20 @@ def rl_documents(
         if not resp:
             raise ValueError(f"trajectory of item {_get(t, 'item_id')!r} has no response tokens")
         ids = prompt + resp
-        mask = [0.0] * len(prompt) + [1.0] * len(resp)
+        rollout_lp = list(_get(t, "logprobs", None) or [])
+        if len(rollout_lp) != len(resp):
+            rollout_lp = [0.0] * len(resp)  # unknown: no mismatch figure for this one
+        # The forced "</think><answer>" tokens of a force-answered rollout were appended, not
+        # sampled (the engines report logprob 0.0 for them): the policy is not trained on them.
+        forced = bool(_get(t, "forced_answer", False))
+        mask = [0.0] * len(prompt) + [0.0 if forced and lp == 0.0 else 1.0 for lp in rollout_lp]
         images = _pil_images(_get(t, "images"))
         img = encode_images(processor, ids, images) if images else None
-        docs.append(Document(ids, mask, extras={"advantages": [a * m for m in mask]}, images=img))
+        extras = {
+            "advantages": [a * m for m in mask],
+            "rollout_logprobs": [0.0] * len(prompt) + rollout_lp,
+        }
+        docs.append(Document(ids, mask, extras=extras, images=img))
     for m in range(n_mini):
         members = [i for i in range(len(docs)) if mini_of[i] == m]
         lengths = [int(sum(docs[i].weights)) for i in members]

@@ -74,8 +74,9 @@ class LearnerGroup:
         )
         results = ray.get([a.run_step.remote(s) for a, s in zip(self.actors, steps, strict=True)])
         out = dict(results[0])
-        for key in ("loss", "tokens", "clipped"):
-            out[key] = sum(r[key] for r in results)
+        for key in ("loss", "tokens", "clipped", "logprob_mismatch_sum", "logprob_mismatch_tokens"):
+            if key in out:
+                out[key] = sum(r[key] for r in results)
         out["step_s"] = max(r["step_s"] for r in results)
         out["rank_tokens"] = [r["tokens"] for r in results]
         return out

@@ -36,8 +36,9 @@ class BareVLLM:
     def __init__(self, model_path: str, gpu_memory_utilization: float, seed: int):
         from vllm import LLM
 
-        from actors.rollout.vllm_engine import engine_kwargs
+        from actors.rollout.vllm_engine import engine_kwargs, preload_cpu_allocator
 
+        preload_cpu_allocator()  # the worker's engine runs on tcmalloc: so does the bare one
         kwargs = engine_kwargs(model_path, seed, "float32", gpu_memory_utilization)
         kwargs.pop("worker_extension_cls")  # bare: nothing of ours inside the engine
         self.llm = LLM(**kwargs)

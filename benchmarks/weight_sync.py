@@ -8,6 +8,7 @@ comparison). After the last push of the large model, the engine's greedy tokens 
 with transformers' greedy tokens on the learner's weights.
 
     python benchmarks/weight_sync.py [--transport shm|cpu_bytes] [--bucket-mb 256] [--repeats 3]
+        [--cpu-allocator tcmalloc|system] [--fresh-buffers] [--skip-tiny]
 
 Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the large model
 (median push over ``--repeats``, after one warm-up push).
@@ -63,12 +64,13 @@ def trained(path: Path, cls_name: str = "AutoModelForCausalLM", seed: int = 1):
     return model
 
 
-def time_pushes(worker, model, transport: str, bucket_mb: float, repeats: int):
+def time_pushes(worker, model, transport: str, bucket_mb: float, repeats: int, **kwargs):
     from actors.weights import make_transport
 
-    tp = make_transport(transport, [worker], bucket_mb=bucket_mb)
+    tp = make_transport(transport, [worker], bucket_mb=bucket_mb, **kwargs)
     warm = tp.push(model.named_parameters())
     reports = [tp.push(model.named_parameters()) for _ in range(repeats)]
+    tp.close()
     return warm, reports
 
 
@@ -94,6 +96,17 @@ def main() -> None:
     ap.add_argument("--bucket-mb", type=float, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-tiny", action="store_true")
+    ap.add_argument(
+        "--cpu-allocator",
+        default="tcmalloc",
+        choices=["tcmalloc", "system"],
+        help="the vLLM engine's malloc (rollout.cpu_allocator)",
+    )
+    ap.add_argument(
+        "--fresh-buffers",
+        action="store_true",
+        help="shm: write new /dev/shm files every push instead of reusing them",
+    )
     args = ap.parse_args()
 
     import ray
@@ -113,22 +126,28 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     from rlcs.models import build_tiny_text_model, build_tiny_vlm
 
     vllm_cfg = dict(
-        engine="vllm", n=1, max_think_tokens=16, max_answer_tokens=8, gpu_memory_utilization=0.05
+        engine="vllm",
+        n=1,
+        max_think_tokens=16,
+        max_answer_tokens=8,
+        gpu_memory_utilization=0.05,
+        cpu_allocator=args.cpu_allocator,
     )
+    extra = {"keep_buffers": not args.fresh_buffers} if args.transport == "shm" else {}
     if not args.skip_tiny:
         text = build_tiny_text_model(tmp / "text")
         w = RolloutWorker.remote(str(text), vllm_cfg)
         ray.get(w.ready.remote())
         m = trained(text)
         show(f"tiny-text->vllm/{args.transport}", sum(p.numel() for p in m.parameters()),
-             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip
+             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
         ray.kill(w)
         vlm = build_tiny_vlm(tmp / "vlm")
         w = RolloutWorker.remote(str(vlm), dict(vllm_cfg, engine="hf"))
         ray.get(w.ready.remote())
         m = trained(vlm, "Glm4vForConditionalGeneration")
         show(f"tiny-vlm->hf/{args.transport}", sum(p.numel() for p in m.parameters()),
-             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats))  # fmt: skip
+             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
         ray.kill(w)
 
     large = build_large(tmp / "large")
@@ -137,7 +156,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     ray.get(w.ready.remote())
     m = trained(large)
     params = sum(p.numel() for p in m.parameters())
-    warm, reports = time_pushes(w, m, args.transport, args.bucket_mb, args.repeats)
+    warm, reports = time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra)
     secs = show(f"llama-{params / 1e6:.0f}M->vllm/{args.transport}", params, warm, reports)
 
     from rlcs.tokenizer import build_tokenizer, stop_token_ids

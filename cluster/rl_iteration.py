@@ -139,6 +139,9 @@ def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[s
     for key in ("loss", "tokens", "clipped", "grad_norm", "lr"):
         if isinstance(learn.get(key), (int, float)):
             m[key] = float(learn[key])
+    if learn.get("logprob_mismatch_tokens"):
+        # mean |learner - engine| logprob of the sampled tokens: ~0 when both see the same thing
+        m["logprob_mismatch"] = learn["logprob_mismatch_sum"] / learn["logprob_mismatch_tokens"]
     tokens = sum(len(t.token_ids) for t in trajs)
     m["generate/tokens_per_s"] = tokens / max(timings.get("generate", 0.0), 1e-9)
     for phase in PHASES:

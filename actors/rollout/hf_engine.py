@@ -1,7 +1,10 @@
 """The transformers engine: ``generate`` on CPU, for models vLLM CPU cannot serve here.
 
-The tiny GLM-4.1V-architecture VLM runs here. Each request is generated on its own, seeded,
-so a rollout does not depend on which other requests share its batch.
+The tiny GLM-4.1V-architecture VLM runs here. Requests are generated in left-padded batches
+(``batch_size`` at a time, similar lengths together), and every row samples from its own
+seeded generator inside a logits processor, so a rollout's tokens depend on its seed and its
+own logits only, not on which other requests share its batch (up to the last float bit of
+batched matmuls). Logprobs are the raw, pre-temperature ones, as vLLM reports by default.
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ class HFEngine:
         stop_ids: list[int],
         dtype: str = "float32",
         device: str | None = None,
+        batch_size: int = 64,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.batch_size = batch_size
         self.stop_ids = list(stop_ids)
         self.vlm = _is_glm4v(model_path)
         if self.vlm:
@@ -73,41 +80,66 @@ class HFEngine:
 
     @torch.inference_mode()
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        return [self._one(r) for r in requests]
+        out: list[GenResult | None] = [None] * len(requests)
+        # Batches of like requests: image or text, then similar budgets and prompt lengths.
+        order = sorted(
+            range(len(requests)),
+            key=lambda i: (
+                requests[i].max_tokens,
+                len(requests[i].prompt_ids) + len(requests[i].extra_ids),
+            ),
+        )
+        for with_images in (False, True):
+            group = [i for i in order if bool(requests[i].mm_inputs) == with_images]
+            for start in range(0, len(group), self.batch_size):
+                chunk = group[start : start + self.batch_size]
+                for i, res in zip(chunk, self._batch([requests[i] for i in chunk]), strict=True):
+                    out[i] = res
+        return out  # type: ignore[return-value]
 
-    def _one(self, req: GenRequest) -> GenResult:
-        ids = torch.tensor([req.prompt_ids + req.extra_ids], device=self.device)
-        kwargs: dict[str, Any] = {"attention_mask": torch.ones_like(ids)}
-        if req.mm_inputs:
-            kwargs.update({k: v.to(self.device) for k, v in req.mm_inputs.items()})
+    def _batch(self, reqs: list[GenRequest]) -> list[GenResult]:
+        rows = [r.prompt_ids + r.extra_ids for r in reqs]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for b, row in enumerate(rows):
+            ids[b, width - len(row) :] = torch.tensor(row)
+            mask[b, width - len(row) :] = 1
+        kwargs: dict[str, Any] = {"attention_mask": mask.to(self.device)}
+        with_images = [r for r in reqs if r.mm_inputs]
+        if with_images:
+            if len(with_images) != len(reqs):
+                raise ValueError("a batch mixes requests with and without images")
+            for key in ("pixel_values", "image_grid_thw"):
+                kwargs[key] = torch.cat([r.mm_inputs[key] for r in reqs]).to(self.device)
             # Only the prompt's placeholders are images; a sampled <|image|> token is just text.
             types = (ids == self.processor.image_token_id).to(torch.int32)
-            types[:, len(req.prompt_ids) :] = 0
-            kwargs["mm_token_type_ids"] = types
-        if req.temperature > 0:
-            kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        torch.manual_seed(req.seed)
-        out = self.model.generate(
-            ids,
-            max_new_tokens=req.max_tokens,
+            for b, r in enumerate(reqs):
+                types[b, width - len(r.extra_ids) :] = 0
+            kwargs["mm_token_type_ids"] = (types * mask).to(self.device)
+        sampler = _RowSampler(reqs, self.suppress)
+        seqs = self.model.generate(
+            ids.to(self.device),
+            max_new_tokens=max(r.max_tokens for r in reqs),
             eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id,
-            suppress_tokens=self.suppress,
-            output_logits=True,
-            return_dict_in_generate=True,
+            logits_processor=[sampler],
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
             **kwargs,
         )
-        new = out.sequences[0, ids.shape[1] :].tolist()
-        # Raw (pre-temperature) logprobs, as vLLM reports by default.
-        logprobs = [
-            float(torch.log_softmax(step[0].float(), -1)[tok])
-            for step, tok in zip(out.logits, new, strict=False)
-        ]
-        new = new[: len(logprobs)]
-        reason = "stop" if new and new[-1] in self.stop_ids else "length"
-        return GenResult(new, logprobs, reason, list(req.prompt_ids))
+        results = []
+        stops = set(self.stop_ids)
+        for b, r in enumerate(reqs):
+            new = seqs[b, width:].tolist()[: r.max_tokens]
+            end = next((k + 1 for k, tok in enumerate(new) if tok in stops), len(new))
+            new = new[:end]
+            logprobs = [sampler.logprobs[k][b] for k in range(len(new))]
+            reason = "stop" if new and new[-1] in stops else "length"
+            results.append(GenResult(new, logprobs, reason, list(r.prompt_ids)))
+        return results
 
     def stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if kind == "nccl":
@@ -143,3 +175,39 @@ class HFEngine:
 
     def wake_up(self) -> None:
         pass
+
+
+class _RowSampler:
+    """A logits processor that picks every row's next token itself, from the row's own seeded
+    generator (temperature and top_p per row; 0 temperature is argmax), records the token's raw
+    logprob, and leaves only that token open, so ``generate``'s greedy step takes it."""
+
+    def __init__(self, reqs: list[GenRequest], suppress: list[int] | None):
+        self.reqs = reqs
+        self.suppress = suppress
+        self.gens = [torch.Generator().manual_seed(r.seed) for r in reqs]
+        self.logprobs: list[list[float]] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        raw = scores.float()
+        logp = torch.log_softmax(raw, -1)
+        logits = raw.clone()
+        if self.suppress:
+            logits[:, self.suppress] = float("-inf")
+        picks = []
+        for b, r in enumerate(self.reqs):
+            if r.temperature <= 0:
+                picks.append(int(logits[b].argmax()))
+                continue
+            probs = torch.softmax(logits[b] / r.temperature, -1)
+            if r.top_p < 1.0:
+                sorted_p, idx = probs.sort(descending=True)
+                # keep the smallest head whose mass reaches top_p (always the first token)
+                drop = sorted_p.cumsum(0) - sorted_p >= r.top_p
+                probs = probs.scatter(0, idx[drop], 0.0)
+            picks.append(int(torch.multinomial(probs.cpu(), 1, generator=self.gens[b])))
+        chosen = torch.tensor(picks, device=scores.device)
+        self.logprobs.append(logp.gather(1, chosen[:, None])[:, 0].tolist())
+        forced = torch.full_like(scores, float("-inf"))
+        forced.scatter_(1, chosen[:, None], 0.0)
+        return forced

@@ -8,6 +8,7 @@ weights and KV cache between rollouts so a colocated learner can use the memory.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,49 @@ import torch
 from actors.rollout.engine import GenRequest, GenResult
 
 EXTENSION = "actors.weights.vllm_ext.WeightSyncExtension"
+TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+TCMALLOC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                 "/usr/lib", "/usr/local/lib")  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+
+def find_tcmalloc() -> str | None:
+    for d in TCMALLOC_DIRS:
+        for name in TCMALLOC_NAMES:
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def preload_cpu_allocator(allocator: str = "tcmalloc") -> str | None:
+    """Put tcmalloc in ``LD_PRELOAD`` so vLLM's engine process, started next, allocates with it.
+
+    vLLM CPU wants tcmalloc preloaded (its wheels can bundle one; the one on PyPI here does
+    not). The allocator matters most for weight sync: vLLM's in-place reload allocates every
+    layer afresh, and with glibc each large allocation is new, zero-filled pages; tcmalloc hands
+    back the pages of the previous reload (0.12 s against 0.50 s for a 137M model here). vLLM
+    starts its engine process with ``spawn`` inside a Ray actor, so the variable takes effect
+    there. Returns the library preloaded, or ``None``.
+    """
+    if allocator == "system" or torch.cuda.is_available():
+        return None
+    current = os.environ.get("LD_PRELOAD", "")
+    for entry in filter(None, current.split(":")):
+        if "tcmalloc" in entry:
+            return entry
+    lib = find_tcmalloc()
+    if lib is None:
+        log.warning(
+            "rollout.cpu_allocator=tcmalloc but no tcmalloc was found in %s; vLLM's weight "
+            "reloads will be about 4x slower. Install it (Debian: apt-get install "
+            "libtcmalloc-minimal4) or set rollout.cpu_allocator=system to silence this.",
+            ", ".join(TCMALLOC_DIRS),
+        )
+        return None
+    os.environ["LD_PRELOAD"] = f"{lib}:{current}" if current else lib
+    return lib
 
 
 def engine_kwargs(
@@ -63,9 +107,12 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
         sleep_mode: bool = False,
         max_model_len: int | None = None,
+        cpu_allocator: str = "tcmalloc",
         **llm_kwargs: Any,
     ):
         from vllm import LLM
+
+        self.allocator = preload_cpu_allocator(cpu_allocator)
 
         self.stop_ids = list(stop_ids)
         kwargs = engine_kwargs(

@@ -72,13 +72,16 @@ class RolloutWorkerImpl:
                 gpu_memory_utilization=self.cfg.gpu_memory_utilization,
                 tensor_parallel_size=self.cfg.tensor_parallel_size,
                 sleep_mode=self.cfg.sleep_between_iterations,
+                cpu_allocator=self.cfg.cpu_allocator,
                 **common,
                 **engine_kwargs,
             )
         else:
             from actors.rollout.hf_engine import HFEngine
 
-            self.engine = HFEngine(self.model_path, **common, **engine_kwargs)
+            self.engine = HFEngine(
+                self.model_path, batch_size=self.cfg.hf_batch_size, **common, **engine_kwargs
+            )
 
     # --- generation -------------------------------------------------------------------------
 

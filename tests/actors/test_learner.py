@@ -142,6 +142,34 @@ def test_rl_raises_advantage_weighted_logprob_on_vlm_with_images(vlm_learner):
     assert all(s["optimizer_steps"] == 1 for s in stats)
 
 
+def test_engine_logprobs_are_compared_and_forced_tokens_are_not_trained(vlm_learner):
+    """The learner reports how far its logprobs are from the engine's, and leaves the appended
+    ``</think><answer>`` of a force-answered rollout (logprob 0.0) out of the loss."""
+    from actors.learner_batches import prepare_step
+
+    trajs = rl_batch(vlm_learner)
+    step = prepare_step("rl", trajs, vlm_learner.config, vlm_learner.tokenizer,
+                        vlm_learner.processor)[0]  # fmt: skip
+    micro = [mb for mini in step.minis for mb in mini]
+    vlm_learner._fill_logprobs(step.docs, micro, "lp", vlm_learner.engine)
+    by_ids = {tuple(d.input_ids): d for d in step.docs}
+    for t in trajs:
+        lp = by_ids[tuple(t["prompt_token_ids"] + t["token_ids"])].extras["lp"]
+        t["logprobs"] = [x + 0.25 for x in lp[len(t["prompt_token_ids"]) :]]  # an engine 0.25 off
+    t = trajs[0]
+    t["forced_answer"] = True
+    t["logprobs"][3:5] = [0.0, 0.0]
+    docs = prepare_step("rl", trajs, vlm_learner.config, vlm_learner.tokenizer,
+                        vlm_learner.processor)[0].docs  # fmt: skip
+    first = next(d for d in docs if list(d.input_ids) == t["prompt_token_ids"] + t["token_ids"])
+    n = len(t["prompt_token_ids"])
+    assert first.weights[n + 3] == first.weights[n + 4] == 0.0 and first.weights[n + 2] > 0
+    stats = vlm_learner.train_step("rl", trajs)
+    n_tokens = sum(len(x["token_ids"]) for x in trajs) - 2
+    assert stats["logprob_mismatch_tokens"] == n_tokens
+    assert stats["logprob_mismatch_sum"] / n_tokens == pytest.approx(0.25, abs=1e-3)
+
+
 def test_vlm_packing_matches_each_document_alone(vlm_learner):
     """Two image documents and a text one packed in one row give their stand-alone logits."""
     from actors.learner_batches import pretrain_documents

@@ -188,3 +188,30 @@ def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
     prompt = build_tokenizer().decode(t.prompt_token_ids)
     assert prompt.endswith("/nothink<|assistant|>\n<think></think>")
     assert not t.forced_answer and len(t.token_ids) <= ANSWER
+
+
+def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image, tmp_path):
+    """Batches are left-padded and sampled row by row from each request's own generator, so a
+    rollout is the same whether it is generated alone or among others (images of two sizes)."""
+    from actors.rollout import RolloutWorkerImpl
+
+    shapes_image.save(tmp_path / "a.png")
+    shapes_image.resize((84, 56)).save(tmp_path / "b.png")
+    items = [
+        {"id": "i1", "domain": "vqa", "prompt": "What shapes?", "images": ["a.png"]},
+        {"id": "i2", "domain": "vqa", "prompt": "Count them, please.", "images": ["b.png"]},
+        {"id": "t1", "domain": "math", "prompt": "What is 7*6?"},
+        {"id": "t2", "domain": "math", "prompt": "Add 12 and 30, then halve it."},
+    ]
+    base = dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=5)
+    runs = {}
+    for bs in (1, 64):
+        worker = RolloutWorkerImpl(str(tiny_vlm), {**base, "hf_batch_size": bs})
+        runs[bs] = worker.generate(items, step=4, base_dir=str(tmp_path), temperature=1.0)
+    assert len(runs[1]) == len(runs[64]) == 12
+    for one, many in zip(runs[1], runs[64], strict=True):
+        assert one.item_id == many.item_id and one.prompt_token_ids == many.prompt_token_ids
+        assert one.token_ids == many.token_ids
+        assert torch.allclose(torch.tensor(one.logprobs), torch.tensor(many.logprobs), atol=1e-4)
+    # sampling really happened: the three rollouts of an item differ
+    assert len({tuple(t.token_ids) for t in runs[64] if t.item_id == "t2"}) > 1

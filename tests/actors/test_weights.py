@@ -3,6 +3,8 @@ engines in Ray actors, including the failures a learner must hear about."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -114,11 +116,19 @@ def test_push_to_two_workers_with_tied_embeddings(
     from actors.weights import make_transport
 
     learner = _trained(tied_model, seed=11)
-    report = make_transport(kind, hf_workers, bucket_mb=0.1).push(learner.state_dict().items())
+    transport = make_transport(kind, hf_workers, bucket_mb=0.1)
+    report = transport.push(learner.state_dict().items())
     assert report.checksum_ok and report.workers == 2 and report.buckets > 1
     assert report.skipped_tied == ["lm_head.weight"]
     assert report.verified_readback == 2 * report.tensors
-    assert not glob.glob("/dev/shm/rlcs-weights-*"), "shared-memory files are removed"
+    if kind == "shm":  # one kept file per bucket, rewritten in place by the next push
+        kept = sorted(glob.glob(f"/dev/shm/rlcs-weights-*-{transport.id}-*"))
+        assert len(kept) == report.buckets
+        inodes = [os.stat(p).st_ino for p in kept]
+        assert transport.push(learner.state_dict().items()).checksum_ok
+        assert [os.stat(p).st_ino for p in kept] == inodes
+    transport.close()
+    assert not glob.glob(f"/dev/shm/rlcs-weights-*-{getattr(transport, 'id', 'x')}-*")
     learner.save_pretrained(tmp_path)
     from transformers import AutoTokenizer
 
@@ -129,6 +139,33 @@ def test_push_to_two_workers_with_tied_embeddings(
     for w in hf_workers:
         got = ray_local.get(w.generate.remote(items, step=0, temperature=0.0))
         assert got[0].token_ids == want[0].token_ids
+
+
+def test_shm_without_kept_buffers_leaves_nothing_behind(ray_local, hf_workers, tied_model):
+    import glob
+
+    from actors.weights import make_transport
+
+    transport = make_transport("shm", hf_workers[:1], bucket_mb=0.1, keep_buffers=False)
+    assert transport.push(_trained(tied_model, seed=14).named_parameters()).checksum_ok
+    assert not glob.glob(f"/dev/shm/rlcs-weights-*-{transport.id}-*")
+
+
+def test_shm_files_of_a_dead_pusher_are_swept(tmp_path):
+    import subprocess
+    import sys
+
+    from actors.weights.shm import PREFIX, sweep_orphans
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    orphan = tmp_path / f"{PREFIX}{dead}-abc-0"
+    mine = tmp_path / f"{PREFIX}{os.getpid()}-abc-0"
+    other = tmp_path / "unrelated"
+    for p in (orphan, mine, other):
+        p.write_bytes(b"x")
+    assert sweep_orphans(str(tmp_path)) == [str(orphan)]
+    assert not orphan.exists() and mine.exists() and other.exists()
 
 
 def test_corrupted_bucket_fails_loudly_naming_the_tensor(
