@@ -5,12 +5,40 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
+from typing import Any
 
 import ray
 
 from actors.rollout.worker import RolloutWorker
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
+
+
+def summarize(per: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per-domain pass rate (reward 1) and mean reward, and their mean over domains as "all"."""
+    out = {
+        d: {"pass_rate": fmean(x >= 1.0 for x in v), "reward": fmean(v)}
+        for d, v in sorted(per.items())
+    }
+    out["all"] = {
+        "pass_rate": fmean(v["pass_rate"] for v in out.values()),
+        "reward": fmean(v["reward"] for v in out.values()),
+    }
+    return out
+
+
+def evaluate_live(roles: Any, items: list[Item], timeout_s: float) -> dict[str, dict[str, float]]:
+    """The same figures from a running RL loop: greedy answers from its own rollout workers
+    (which hold the learner's latest weights), scored on its reward pool."""
+    from cluster.rl_iteration import score
+
+    trajs = roles.rollout.generate(items, n=1, temperature=0.0)
+    by_id = {it.id: it for it in items}
+    score(roles.rewards, trajs, by_id, timeout_s)
+    per: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        per[by_id[t.item_id].domain].append(float(t.reward))
+    return summarize(per)
 
 
 def evaluate(
@@ -33,12 +61,4 @@ def evaluate(
     per: dict[str, list[float]] = defaultdict(list)
     for t, r in zip(trajs, results, strict=True):
         per[by_id[t.item_id].domain].append(r.reward)
-    out = {
-        d: {"pass_rate": fmean(x >= 1.0 for x in v), "reward": fmean(v)}
-        for d, v in sorted(per.items())
-    }
-    out["all"] = {
-        "pass_rate": fmean(v["pass_rate"] for v in out.values()),
-        "reward": fmean(v["reward"] for v in out.values()),
-    }
-    return out
+    return summarize(per)

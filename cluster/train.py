@@ -16,6 +16,7 @@ import ray
 from tqdm import tqdm
 
 from cluster.checkpointing import Checkpointer
+from cluster.evaluate import evaluate_live
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
@@ -80,12 +81,25 @@ def run_rl(
     )
     for it in bar:
         res = run_iteration(cfg, roles, items, it)
+        every = cfg.run.eval_every
+        if every and data.eval_items and ((it + 1) % every == 0 or it + 1 == cfg.run.iterations):
+            ev = evaluate_live(roles, data.eval_items, cfg.reward.timeout_s)
+            res.metrics.update(eval_metrics(ev))
         log.log(it + 1, res.metrics, stage="rl")
         log.samples(it + 1, res.samples)
         m = res.metrics
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", valid=f"{m['curriculum/valid_fraction']:.2f}",
                         tok_s=f"{m['generate/tokens_per_s']:.0f}", step_s=f"{m['time/iteration']:.1f}")  # fmt: skip
         ckpt.maybe_save(roles, it + 1)
+
+
+def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``eval/pass_rate/<domain>`` and ``eval/reward/<domain>``, "all" included."""
+    out = {}
+    for domain, v in ev.items():
+        out[f"eval/pass_rate/{domain}"] = v["pass_rate"]
+        out[f"eval/reward/{domain}"] = v["reward"]
+    return out
 
 
 def run_supervised(

@@ -234,7 +234,12 @@ class RunConfig(Section):
     iterations: int = Field(10, ge=1, description="RL iterations.")
     prompts_per_iteration: int = Field(32, ge=1)
     save_every: int = Field(10, ge=0)
-    eval_every: int = Field(0, ge=0)
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="RL: greedy held-out (data.eval) pass rate every N iterations and at the "
+        "end, logged as eval/pass_rate/<domain>; 0 turns it off.",
+    )
     samples_per_iteration: int = Field(8, ge=0)
     seed: int = 0
 

@@ -11,6 +11,8 @@ from rlcs.runlog import read_metrics
 PANELS: dict[str, tuple[str, ...]] = {
     "Reward": ("reward/mean", "reward/"),
     "Pass rate by tier": ("pass_rate/tier/",),
+    "Held-out pass rate (greedy)": ("eval/pass_rate/",),
+    "Logprob mismatch (learner vs engine)": ("logprob_mismatch",),
     "Dynamic expansion": ("curriculum/expansion_ratio", "curriculum/valid_fraction"),
     "Response length": ("response/length", "response/forced_answer_rate"),
     "Loss": ("loss",),

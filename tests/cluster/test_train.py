@@ -53,7 +53,8 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 
 @pytest.mark.slow
 def test_rl_run_writes_the_run_directory(tmp_path):
-    sets = [*FAST, f"run.root={tmp_path}", "run.iterations=2", "run.save_every=1"]
+    sets = [*FAST, f"run.root={tmp_path}", "run.iterations=2", "run.save_every=1",
+            "run.eval_every=2"]  # fmt: skip
     r = run_cli("configs/tiny-text.yaml", *[a for s in sets for a in ("--set", s)])
     assert r.returncode == 0, r.stderr[-4000:]
     run = tmp_path / "tiny-text"
@@ -69,6 +70,12 @@ def test_rl_run_writes_the_run_directory(tmp_path):
         "time/generate",
         "time/overhead_share",
     } <= set(recs[0])
+    # the held-out evaluation (run.eval_every) lands in its iteration's record, every domain
+    assert not any(k.startswith("eval/") for k in recs[0])
+    held = [k for k in recs[1] if k.startswith("eval/pass_rate/")]
+    assert "eval/pass_rate/all" in held and len(held) >= 2
+    assert all(0.0 <= recs[1][k] <= 1.0 for k in held)
+    assert 0.0 <= recs[1]["logprob_mismatch"] < 0.05  # learner and engine see the same thing
     assert load_config(run / "config.yaml").run.iterations == 2
     again = run_cli("configs/tiny-text.yaml", *[a for s in sets for a in ("--set", s)])
     assert again.returncode == 2 and "pass --resume to continue it" in again.stderr

@@ -1,0 +1,156 @@
+"""Curriculum sampling against uniform and DAPO-filter sampling, on the demo's tiny VLM.
+
+The same RL budget (iterations x prompts per iteration x rollouts per prompt) from the same SFT
+checkpoint, under ``curriculum.policy`` = ``rlcs``, ``uniform`` and ``dapo_filter``, over
+several seeds (the seed moves the sampler, the rollouts and the learner's shuffling). Every run
+measures the greedy held-out pass rate with its own rollout workers every ``--eval-every``
+iterations (``run.eval_every``); the SFT checkpoint's own pass rate is iteration 0.
+
+For each policy the curves are averaged over the seeds. The target is uniform's final mean pass
+rate; a policy's figure is the first evaluated iteration at which its mean curve reaches the
+target (``inf`` when it never does within the budget). ``ratio`` = rlcs / uniform.
+
+    python benchmarks/curriculum_vs_uniform.py                     # data, pretrain, SFT, 9 RL runs
+    python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
+        [--iterations 12] [--eval-every 2] [--seeds 0 1 2] [--set key=value ...]
+
+Ends with ``RESULT iters_rlcs=… iters_uniform=… iters_dapo=… ratio=… final_rlcs=…
+final_uniform=… final_dapo=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+POLICIES = ("rlcs", "uniform", "dapo_filter")
+SHORT = {"rlcs": "rlcs", "uniform": "uniform", "dapo_filter": "dapo"}
+
+
+def prepare_base(config: Path, base: Path) -> tuple[Path, dict[str, Path]]:
+    """The SFT checkpoint and data splits: a demo run directory's, or made here like the demo's."""
+    from cluster.demo import PRETRAIN, SFT, build_data, data_overrides, stage_config
+    from cluster.train import connect_ray, train
+    from rlcs.config import load_config
+
+    splits = {s: base / "data" / f"{s}.jsonl" for s in ("rl_train", "heldout", "sft", "pretrain")}
+    sft = base / "sft" / "hf"
+    if sft.exists() and all(p.exists() for p in splits.values()):
+        print(f"INFO reusing the SFT checkpoint {sft}", flush=True)
+        return sft, splits
+    files = build_data(load_config(config), base)
+    pre = stage_config(config, base, "pretrain", [*PRETRAIN, *data_overrides(files, "pretrain")])
+    connect_ray(pre)
+    train(pre)
+    cfg = stage_config(config, base, "sft", [*SFT, *data_overrides(files, "sft"),
+                                             f"model.path={base / 'pretrain' / 'hf'}"])  # fmt: skip
+    train(cfg)
+    return sft, files
+
+
+def rl_run(config: Path, root: Path, name: str, overrides: list[str]) -> dict[int, float]:
+    """One RL run; returns its held-out pass rate (all domains) by iteration."""
+    from cluster.demo import RL, stage_config
+    from cluster.train import connect_ray, train
+    from rlcs.runlog import read_metrics
+
+    cfg = stage_config(config, root, name, [*RL, *overrides])
+    connect_ray(cfg)
+    train(cfg)
+    return {
+        int(r["step"]): float(r["eval/pass_rate/all"])
+        for r in read_metrics(cfg.run_dir)
+        if "eval/pass_rate/all" in r
+    }
+
+
+def first_reaching(curve: dict[int, float], target: float) -> float:
+    for it in sorted(curve):
+        if curve[it] >= target - 1e-12:
+            return float(it)
+    return math.inf
+
+
+def main() -> None:
+    from cluster.demo import DEFAULT_CONFIG, data_overrides
+
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    ap.add_argument("--base", type=Path, default=None,
+                    help="a demo run directory (data/ and sft/hf/) to start from")  # fmt: skip
+    ap.add_argument("--root", type=Path, default=Path("runs/curriculum-vs-uniform"))
+    ap.add_argument("--iterations", type=int, default=12)
+    ap.add_argument("--eval-every", type=int, default=2)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="extra config overrides for every RL run")  # fmt: skip
+    args = ap.parse_args()
+    if "uniform" not in args.policies:
+        ap.error("the target is uniform's final pass rate: keep 'uniform' among the policies")
+
+    t0 = time.perf_counter()
+    root = args.root.resolve()
+    base = (args.base or root / "base").resolve()
+    sft, files = prepare_base(args.config, base)
+
+    from cluster.evaluate import evaluate
+    from cluster.stage_data import load_stage_data
+    from cluster.train import connect_ray
+    from rlcs.config import load_config
+
+    probe = load_config(args.config, data_overrides(files, "rl_train"))
+    connect_ray(probe)
+    heldout = load_stage_data(probe, root / "probe").eval_items
+    start = evaluate(sft, heldout, probe.rollout)["all"]["pass_rate"]
+    print(
+        f"INFO SFT checkpoint: held-out pass rate {start:.4f} on {len(heldout)} items", flush=True
+    )
+
+    curves: dict[str, list[dict[int, float]]] = {p: [] for p in args.policies}
+    for seed in args.seeds:
+        for policy in args.policies:
+            name = f"{policy}-seed{seed}"
+            out = root / "runs" / name / "curve.json"
+            if out.exists():  # a finished run of an interrupted benchmark
+                curve = {int(k): v for k, v in json.loads(out.read_text()).items()}
+            else:
+                curve = rl_run(args.config, root / "runs", name, [
+                    *data_overrides(files, "rl_train"), f"model.path={sft}",
+                    f"curriculum.policy={policy}", f"run.seed={seed}", f"rollout.seed={seed}",
+                    f"run.iterations={args.iterations}", f"run.eval_every={args.eval_every}",
+                    *args.overrides,
+                ])  # fmt: skip
+                out.write_text(json.dumps(curve))
+            curve = {0: start, **curve}
+            curves[policy].append(curve)
+            print(f"INFO {name}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())),
+                  flush=True)  # fmt: skip
+
+    mean = {
+        p: {it: statistics.fmean(c[it] for c in cs) for it in cs[0]}
+        for p, cs in curves.items()
+        if cs
+    }
+    for p, curve in mean.items():
+        print(f"INFO mean {p}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())))
+    final = {p: curve[max(curve)] for p, curve in mean.items()}
+    target = final["uniform"]
+    iters = {p: first_reaching(curve, target) for p, curve in mean.items()}
+    ratio = iters.get("rlcs", math.nan) / iters["uniform"] if iters["uniform"] else math.nan
+    print(f"INFO target (uniform's final mean pass rate) {target:.4f}; "
+          f"wall {time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+    fields = [f"iters_{SHORT[p]}={iters.get(p, math.nan):g}" for p in POLICIES]
+    fields.append(f"ratio={ratio:.3f}")
+    fields += [f"final_{SHORT[p]}={final.get(p, math.nan):.4f}" for p in POLICIES]
+    print("RESULT " + " ".join(fields))
+
+
+if __name__ == "__main__":
+    main()
