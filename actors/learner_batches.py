@@ -66,11 +66,26 @@ def encode_images(processor: Any, ids: list[int], images: list) -> dict[str, tor
     }
 
 
+#: Image and video structure tokens: never a prediction target (as in other VLM trainers).
+#: Predicting the next ``<|image|>`` from an image position teaches nothing and rewards image
+#: features that are all alike; the markers around them are as predictable.
+VISION_TOKENS = ("<|image|>", "<|begin_of_image|>", "<|end_of_image|>",
+                 "<|video|>", "<|begin_of_video|>", "<|end_of_video|>")  # fmt: skip
+
+
+def vision_token_ids(tokenizer: Any) -> set[int]:
+    vocab = tokenizer.get_vocab()
+    return {vocab[t] for t in VISION_TOKENS if t in vocab}
+
+
 def pretrain_documents(
     samples: list[Any], tokenizer: Any, processor: Any, seq_len: int
 ) -> list[Document]:
-    """Causal-LM documents; text-only ones longer than ``seq_len`` are cut into pieces."""
+    """Causal-LM documents; text-only ones longer than ``seq_len`` are cut into pieces.
+
+    Every token is a target except the image/video structure tokens (``VISION_TOKENS``)."""
     docs: list[Document] = []
+    structural = vision_token_ids(tokenizer)
     for s in samples:
         if isinstance(s, dict):
             images = _pil_images(s.get("images"))
@@ -83,7 +98,8 @@ def pretrain_documents(
                     raise ValueError(
                         f"image-text document of {len(ids)} tokens exceeds seq_len={seq_len}"
                     )
-                docs.append(Document(ids, [1.0] * len(ids), images=img))
+                mask = [0.0 if t in structural else 1.0 for t in ids]
+                docs.append(Document(ids, mask, images=img))
                 continue
             ids = tokenizer(s["text"], add_special_tokens=False)["input_ids"]
         else:

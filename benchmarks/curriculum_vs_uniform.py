@@ -7,8 +7,9 @@ measures the greedy held-out pass rate with its own rollout workers every ``--ev
 iterations (``run.eval_every``); the SFT checkpoint's own pass rate is iteration 0.
 
 For each policy the curves are averaged over the seeds. The target is uniform's final mean pass
-rate; a policy's figure is the first evaluated iteration at which its mean curve reaches the
-target (``inf`` when it never does within the budget). ``ratio`` = rlcs / uniform.
+rate; a policy's figure is the first evaluated RL iteration at which its mean curve reaches the
+target (``inf`` when it never does within the budget). ``ratio`` = rlcs / uniform. When
+uniform ends no higher than the SFT checkpoint, a warning says the comparison is empty.
 
     python benchmarks/curriculum_vs_uniform.py                     # data, pretrain, SFT, 9 RL runs
     python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
@@ -69,7 +70,8 @@ def rl_run(config: Path, root: Path, name: str, overrides: list[str]) -> dict[in
 
 
 def first_reaching(curve: dict[int, float], target: float) -> float:
-    for it in sorted(curve):
+    """First RL iteration (the SFT point, 0, excluded) whose pass rate reaches ``target``."""
+    for it in sorted(k for k in curve if k > 0):
         if curve[it] >= target - 1e-12:
             return float(it)
     return math.inf
@@ -142,6 +144,10 @@ def main() -> None:
         print(f"INFO mean {p}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())))
     final = {p: curve[max(curve)] for p, curve in mean.items()}
     target = final["uniform"]
+    if target <= start:
+        print(f"WARNING uniform's final pass rate {target:.4f} is not above the SFT checkpoint's "
+              f"{start:.4f}: RL made no progress to compare, so the iteration counts say little",
+              flush=True)  # fmt: skip
     iters = {p: first_reaching(curve, target) for p, curve in mean.items()}
     ratio = iters.get("rlcs", math.nan) / iters["uniform"] if iters["uniform"] else math.nan
     print(f"INFO target (uniform's final mean pass rate) {target:.4f}; "

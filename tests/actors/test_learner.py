@@ -117,6 +117,22 @@ def test_pretrain_loss_falls_on_vlm_with_images(vlm_learner):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+def test_pretraining_never_predicts_image_placeholders(vlm_learner):
+    """``<|image|>`` and its markers are inputs, not targets: predicting them from image
+    positions would teach the vision tower to output a constant."""
+    from actors.learner_batches import VISION_TOKENS, pretrain_documents
+
+    tok = vlm_learner.tokenizer
+    docs = pretrain_documents(pretrain_batch(), tok, vlm_learner.processor, 256)
+    vision = {tok.convert_tokens_to_ids(t) for t in VISION_TOKENS[:3]}
+    with_images = [d for d in docs if d.images is not None]
+    assert len(with_images) == 2
+    for d in with_images:
+        for tid, w in zip(d.input_ids, d.weights, strict=True):
+            assert (w == 0.0) == (tid in vision), (tok.decode([tid]), w)
+    assert all(all(w == 1.0 for w in d.weights) for d in docs if d.images is None)
+
+
 def test_sft_loss_falls_on_vlm_with_images(vlm_learner):
     batch = sft_batch()
     stats = [vlm_learner.train_step("sft", batch) for _ in range(6)]
