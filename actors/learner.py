@@ -67,6 +67,31 @@ def load_processors(path: str | Path) -> tuple[Any, Any]:
     return AutoTokenizer.from_pretrained(path), None
 
 
+def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
+    """Freeze every parameter whose name starts with one of ``prefixes``; return how many.
+
+    A prefix that matches nothing is a typo in the config, not a no-op: it raises.
+    """
+    if not prefixes:
+        return 0
+    hits = dict.fromkeys(prefixes, 0)
+    frozen = 0
+    for name, p in model.named_parameters():
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix.rstrip(".") + "."):
+                p.requires_grad_(False)
+                hits[prefix] += 1
+                frozen += 1
+                break
+    missing = [k for k, v in hits.items() if v == 0]
+    if missing:
+        some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
+        raise ValueError(
+            f"learner.freeze: no parameter name starts with {missing}; names look like {some}"
+        )
+    return frozen
+
+
 class Learner:
     """One data-parallel rank: a DeepSpeed engine and the three stages' losses."""
 
@@ -122,6 +147,7 @@ class Learner:
         lc = self.config.learner
         model = load_hf_model(self.model_path)
         model.config.use_cache = False
+        freeze_parameters(model, lc.freeze)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=lc.lr, weight_decay=lc.weight_decay)
         ds_cfg = deepspeed_config(lc, self.device)

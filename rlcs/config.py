@@ -203,6 +203,11 @@ class LearnerConfig(Section):
     global_batch: int = Field(32, ge=1)
     micro_batch: int = Field(1, ge=1)
     steps: int = Field(100, ge=1, description="Optimizer steps for pretrain/SFT.")
+    freeze: list[str] = Field(
+        default_factory=list,
+        description="Parameter-name prefixes kept frozen, e.g. ['model.visual'] for a fixed "
+        "vision tower; each must match at least one parameter.",
+    )
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
 
 

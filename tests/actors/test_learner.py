@@ -272,3 +272,24 @@ def test_export_hf_reloads_with_processor_and_same_logits(vlm_learner, tmp_path,
         ours = vlm_learner.engine.module(**enc, use_cache=False).logits
     torch.testing.assert_close(reloaded, ours, rtol=0, atol=0)
     assert not (tmp_path / "hf.tmp").exists()
+
+
+def test_frozen_parameters_do_not_move(tiny_vlm):
+    learner = Learner.local(_config(tiny_vlm, freeze=["model.visual"]), tiny_vlm)
+    module = learner.engine.module
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    learner.train_step("pretrain", pretrain_batch())
+    moved = [n for n, p in module.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert moved, "the rest of the model trains"
+    assert not [n for n in moved if n.startswith("model.visual.")]
+    assert any(n.startswith("model.visual.") for n in before)
+
+
+def test_a_freeze_prefix_that_matches_nothing_is_refused():
+    from actors.learner import freeze_parameters
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"no parameter name starts with \['visual'\]"):
+        freeze_parameters(model, ["visual"])
+    assert freeze_parameters(model, ["0"]) == 2
+    assert not any(p.requires_grad for p in model.parameters())
