@@ -12,24 +12,15 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _items(k: int) -> list[dict]:
     # Prompts of very different lengths, so balancing by cost matters.
     return [{"id": f"i{i}", "domain": "math", "prompt": "x" * (5 + 40 * (i % 3))} for i in range(k)]
 
 
-def _group(tiny_text_model, max_think=24):
+def _group(tiny_text_model, max_think=24, **cfg):
     from actors.rollout import RolloutGroup
 
-    cfg = dict(engine="hf", n=2, max_think_tokens=max_think, max_answer_tokens=8)
+    cfg = dict(engine="hf", n=2, max_think_tokens=max_think, max_answer_tokens=8, **cfg)
     return RolloutGroup.create(str(tiny_text_model), cfg, num_workers=2)
 
 
@@ -52,16 +43,18 @@ def test_group_returns_every_item_in_order(ray_local, tiny_text_model):
 def test_worker_death_mid_batch_is_reported_and_items_survive(ray_local, tiny_text_model):
     from actors.rollout import RolloutError
 
-    group = _group(tiny_text_model, max_think=96)
+    # One sequence at a time and a long batch (several seconds), so that the one-second timer
+    # surely lands mid-batch: batched, the tiny model would finish 8 items in under a second.
+    group = _group(tiny_text_model, max_think=160, hf_batch_size=1)
     pid = ray_local.get(group.workers[1].info.remote())["pid"]
     killer = threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL))
     killer.start()
     t0 = time.time()
-    trajs = group.generate(_items(8), step=1)
+    trajs = group.generate(_items(24), step=1)
     killer.join()
     assert time.time() - t0 > 1.0, "the batch must still have been running when the worker died"
-    assert sorted({t.item_id for t in trajs}) == sorted(f"i{i}" for i in range(8))
-    assert len(trajs) == 16
+    assert sorted({t.item_id for t in trajs}) == sorted(f"i{i}" for i in range(24))
+    assert len(trajs) == 48
     assert len(group.failures) == 1 and "rollout worker 1 died mid-batch" in group.failures[0]
 
     # With no worker left, the error names the items that were not generated.

@@ -26,15 +26,6 @@ def never_close_think(model, tokenizer) -> None:
         head[banned, 0] = -10.0
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _worker(ray_local, path, **cfg):
     from actors.rollout import RolloutWorker
 

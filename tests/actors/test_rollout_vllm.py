@@ -33,15 +33,6 @@ def never_close_think(model, tokenizer) -> None:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def worker(ray_local, tiny_text_model):
     from actors.rollout import RolloutWorker
 

@@ -68,15 +68,6 @@ def test_unknown_transport_is_refused():
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def tied_model(tmp_path_factory):
     from rlcs.models import build_tiny_text_model
 
