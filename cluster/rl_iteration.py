@@ -6,6 +6,7 @@ is left over is the orchestration overhead.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -16,8 +17,11 @@ from typing import Any
 
 import ray
 
+from actors.weights import WeightSyncError
 from rlcs.config import Config
 from rlcs.data import Item, Trajectory, decode_image
+
+log = logging.getLogger(__name__)
 
 PHASES = ("generate", "reward", "sampler", "learn", "sync")
 
@@ -70,6 +74,21 @@ def learner_batch(
     return batch
 
 
+def push_weights(roles: Any, attempts: int = 3) -> Any:
+    """Push the learner's weights to the rollout workers; a worker that restarts or dies during
+    the push fails it (no engine commits a partial push), so wait for the group to settle and
+    push again to the workers that are left."""
+    for attempt in range(attempts):
+        try:
+            return roles.learner.push_weights(roles.transport)
+        except WeightSyncError as e:
+            if attempt == attempts - 1 or not roles.rollout.recover_workers():
+                raise
+            log.error("weight push failed (%s); pushing again to the live rollout workers", e)
+            roles.transport.workers = roles.rollout.live_workers
+    raise AssertionError("unreachable")
+
+
 def run_iteration(
     cfg: Config, roles: Any, items: dict[str, Item], iteration: int
 ) -> IterationResult:
@@ -92,7 +111,7 @@ def run_iteration(
         with timed(timings, "learn"):
             learn = roles.learner.train_step("rl", learner_batch(trajs, selected, items))
         with timed(timings, "sync"):
-            sync = roles.learner.push_weights(roles.transport)
+            sync = push_weights(roles)
         timings["sync_transfer"] = sync.seconds
     with timed(timings, "sampler"):
         closed = ray.get(roles.sampler.end_iteration.remote())

@@ -151,6 +151,30 @@ class RolloutGroup:
             if self.on_restart is not None:
                 self.on_restart()
 
+    def recover_workers(self) -> bool:
+        """After a failed weight push: wait out restarts in progress and drop dead workers.
+
+        Returns whether any worker restarted or died, i.e. whether pushing again to
+        ``live_workers`` can succeed. Raises ``RolloutError`` when none is left."""
+        changed = False
+        for w in list(self.alive):
+            pid = self._pid(w)
+            if pid is None:
+                msg = f"rollout worker {w} died during a weight push; continuing without it"
+                self.alive.remove(w)
+            elif self._pids.get(w, pid) != pid:
+                msg = f"rollout worker {w} restarted during a weight push; pushing again"
+                self._pids[w] = pid
+                self.restarts += 1
+            else:
+                continue
+            log.error(msg)
+            self.failures.append(msg)
+            changed = True
+        if not self.alive:
+            raise RolloutError(f"all {len(self.workers)} rollout workers died", [])
+        return changed
+
     def _pid(self, w: int) -> int | None:
         """Worker ``w``'s process id, waiting out a restart in progress; None if it is gone."""
         deadline = time.monotonic() + self.restart_timeout_s
