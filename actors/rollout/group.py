@@ -159,6 +159,11 @@ class RolloutGroup:
         changed = False
         for w in list(self.alive):
             pid = self._pid(w)
+            if pid is not None and w not in self._pids:
+                # no earlier pid to compare with (no batch yet): it may have restarted
+                self._pids[w] = pid
+                changed = True
+                continue
             if pid is None:
                 msg = f"rollout worker {w} died during a weight push; continuing without it"
                 self.alive.remove(w)
