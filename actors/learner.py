@@ -226,7 +226,9 @@ class Learner:
         """This rank's share of one call: every mini-batch is one optimizer step."""
         t0 = time.perf_counter()
         grpo = self.config.learner.grpo
+        stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
         if step.objective == "policy":
+            stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
             micro_all = [mb for mini in step.minis for mb in mini]
             # With one optimizer step per call the update is on-policy: the old logprobs are
             # the training forward's own, detached, and the extra forward pass is skipped.
@@ -234,9 +236,6 @@ class Learner:
                 self._fill_logprobs(step.docs, micro_all, "old_logprobs", self.engine)
             if self.ref_model is not None:
                 self._fill_logprobs(step.docs, micro_all, "ref_logprobs", self.ref_model)
-        stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
-        if step.objective == "policy":
-            stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
         for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None

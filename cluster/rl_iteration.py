@@ -75,18 +75,20 @@ def learner_batch(
 
 
 def push_weights(roles: Any, attempts: int = 3) -> Any:
-    """Push the learner's weights to the rollout workers; a worker that restarts or dies during
-    the push fails it (no engine commits a partial push), so wait for the group to settle and
-    push again to the workers that are left."""
-    for attempt in range(attempts):
+    """Push the learner's weights to the live rollout workers. A worker that restarts or dies
+    during the push fails it (no engine commits a partial push), so wait for the group to settle
+    and push again to the workers that are left."""
+    attempt = 1
+    while True:
+        # the group drops workers that died while generating: never push to those
+        roles.transport.workers = roles.rollout.live_workers
         try:
             return roles.learner.push_weights(roles.transport)
         except WeightSyncError as e:
-            if attempt == attempts - 1 or not roles.rollout.recover_workers():
+            if attempt >= attempts or not roles.rollout.recover_workers():
                 raise
             log.error("weight push failed (%s); pushing again to the live rollout workers", e)
-            roles.transport.workers = roles.rollout.live_workers
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def run_iteration(

@@ -20,6 +20,7 @@ from actors.rollout.worker import RolloutWorker
 from actors.sampler import CurriculumSampler
 from actors.weights import make_transport
 from cluster.placement import Placement, create_placement
+from cluster.rl_iteration import push_weights
 from rlcs.config import Config
 from rlcs.data import Item
 
@@ -90,7 +91,7 @@ def start_roles(
         cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
     )
     # a restarted engine holds the base weights: bring it to the learner's before it generates
-    roles.rollout = RolloutGroup(workers, on_restart=lambda: learner.push_weights(roles.transport))
+    roles.rollout = RolloutGroup(workers, on_restart=lambda: push_weights(roles))
     return roles
 
 

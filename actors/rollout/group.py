@@ -134,51 +134,53 @@ class RolloutGroup:
                     done[i] = by_item.get(items[i].id, [])
         return [t for i in range(len(items)) for t in done[i]]
 
+    def _poll_pids(self) -> tuple[list[int], list[int], list[int]]:
+        """Wait out restarts in progress and record every live worker's pid; return the workers
+        that restarted (new pid), that are gone, and that had no pid on record yet."""
+        restarted, dead, first = [], [], []
+        for w in list(self.alive):
+            pid = self._pid(w)
+            if pid is None:
+                dead.append(w)
+                continue
+            prev = self._pids.get(w)
+            self._pids[w] = pid
+            if prev is None:
+                first.append(w)
+            elif prev != pid:
+                restarted.append(w)
+        self.restarts += len(restarted)
+        return restarted, dead, first
+
+    def _note(self, msg: str) -> None:
+        log.error(msg)
+        self.failures.append(msg)
+
     def _check_restarts(self) -> None:
         """A worker restarted between calls (a new process) gets the current weights first."""
-        pids = {w: self._pid(w) for w in list(self.alive)}
-        changed = [
-            w for w, pid in pids.items() if pid is not None and self._pids.get(w, pid) != pid
-        ]
-        self._pids.update({w: pid for w, pid in pids.items() if pid is not None})
-        if changed:
-            msg = (
-                f"rollout workers {changed} restarted since the last batch; pushing current weights"
+        restarted, _, _ = self._poll_pids()
+        if restarted:
+            self._note(
+                f"rollout workers {restarted} restarted since the last batch; pushing current weights"
             )
-            log.error(msg)
-            self.failures.append(msg)
-            self.restarts += len(changed)
             if self.on_restart is not None:
                 self.on_restart()
 
     def recover_workers(self) -> bool:
         """After a failed weight push: wait out restarts in progress and drop dead workers.
 
-        Returns whether any worker restarted or died, i.e. whether pushing again to
-        ``live_workers`` can succeed. Raises ``RolloutError`` when none is left."""
-        changed = False
-        for w in list(self.alive):
-            pid = self._pid(w)
-            if pid is not None and w not in self._pids:
-                # no earlier pid to compare with (no batch yet): it may have restarted
-                self._pids[w] = pid
-                changed = True
-                continue
-            if pid is None:
-                msg = f"rollout worker {w} died during a weight push; continuing without it"
-                self.alive.remove(w)
-            elif self._pids.get(w, pid) != pid:
-                msg = f"rollout worker {w} restarted during a weight push; pushing again"
-                self._pids[w] = pid
-                self.restarts += 1
-            else:
-                continue
-            log.error(msg)
-            self.failures.append(msg)
-            changed = True
+        Returns whether any worker restarted, died or could not be compared (no pid on record
+        yet), i.e. whether pushing again to ``live_workers`` may succeed. Raises
+        ``RolloutError`` when none is left."""
+        restarted, dead, first = self._poll_pids()
+        for w in restarted:
+            self._note(f"rollout worker {w} restarted during a weight push; pushing again")
+        for w in dead:
+            self.alive.remove(w)
+            self._note(f"rollout worker {w} died during a weight push; continuing without it")
         if not self.alive:
             raise RolloutError(f"all {len(self.workers)} rollout workers died", [])
-        return changed
+        return bool(restarted or dead or first)
 
     def _pid(self, w: int) -> int | None:
         """Worker ``w``'s process id, waiting out a restart in progress; None if it is gone."""

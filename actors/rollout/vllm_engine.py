@@ -112,8 +112,7 @@ class VLLMEngine:
     ):
         from vllm import LLM
 
-        self.allocator = preload_cpu_allocator(cpu_allocator)
-
+        preload_cpu_allocator(cpu_allocator)
         self.stop_ids = list(stop_ids)
         kwargs = engine_kwargs(
             model_path, seed, dtype, gpu_memory_utilization, tensor_parallel_size, sleep_mode,

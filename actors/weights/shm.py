@@ -142,8 +142,8 @@ class ShmTransport(WeightTransport):
         sweep_orphans(self.shm_dir)
 
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:
-        entries, size = layout(bucket)
         if self.keep_buffers:
+            entries, size = layout(bucket)
             kept = _BUFFERS.setdefault(self.id, {})
             path, have, buf = kept.get(index, (None, 0, None))
             if buf is None or have < size:
@@ -153,15 +153,13 @@ class ShmTransport(WeightTransport):
                 buf = _map(path, size)
                 kept[index] = (path, size, buf)
             write(bucket, buf, entries)
+            desc = {"path": path, "size": size, "entries": entries}
         else:
             path = os.path.join(
                 self.shm_dir, f"{PREFIX}{os.getpid()}-{self.id}-{uuid.uuid4().hex[:8]}-{index}"
             )
             self._files.append(path)
-            buf = _map(path, size)
-            write(bucket, buf, entries)
-            del buf
-        desc = {"path": path, "size": size, "entries": entries}
+            desc = encode(bucket, path)
         return [w.receive_weights.remote(KIND, desc, self.version) for w in self.workers]
 
     def _cleanup(self) -> None:

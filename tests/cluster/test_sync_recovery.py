@@ -26,13 +26,17 @@ class FlakyLearner:
 
 
 class Group:
-    def __init__(self, recovers: bool, live: list[str]):
+    """Live workers before and after ``recover_workers`` (which drops or restarts some)."""
+
+    def __init__(self, recovers: bool, live: list[str], after: list[str] | None = None):
         self.recovers = recovers
         self.live_workers = live
+        self.after = after if after is not None else live
         self.calls = 0
 
     def recover_workers(self) -> bool:
         self.calls += 1
+        self.live_workers = self.after
         return self.recovers
 
 
@@ -40,11 +44,22 @@ def test_push_is_retried_on_the_live_workers_after_a_worker_restart_or_death():
     learner = FlakyLearner(failures=1)
     roles = SimpleNamespace(
         learner=learner,
-        rollout=Group(True, ["w0"]),
+        rollout=Group(True, ["w0", "w1"], after=["w0"]),
         transport=SimpleNamespace(workers=["w0", "w1"]),
     )
     assert push_weights(roles) == "report"
     assert learner.pushed_to == [["w0", "w1"], ["w0"]]
+
+
+def test_workers_the_group_dropped_are_not_pushed_to():
+    learner = FlakyLearner(failures=0)
+    roles = SimpleNamespace(
+        learner=learner,
+        rollout=Group(False, ["w1"]),
+        transport=SimpleNamespace(workers=["w0", "w1"]),
+    )
+    assert push_weights(roles) == "report"
+    assert learner.pushed_to == [["w1"]]
 
 
 def test_a_failure_no_worker_explains_is_raised():
