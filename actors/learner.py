@@ -78,7 +78,7 @@ def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
     frozen = 0
     for name, p in model.named_parameters():
         for prefix in prefixes:
-            if name == prefix or name.startswith(prefix.rstrip(".") + "."):
+            if _matches(name, prefix):
                 p.requires_grad_(False)
                 hits[prefix] += 1
                 frozen += 1
@@ -90,6 +90,40 @@ def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
             f"learner.freeze: no parameter name starts with {missing}; names look like {some}"
         )
     return frozen
+
+
+def _matches(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix.rstrip(".") + ".")
+
+
+def param_groups(
+    model: torch.nn.Module, base_lr: float, lr_by_prefix: dict[str, float]
+) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: trainable parameters at ``base_lr``, except those under
+    a prefix of ``lr_by_prefix``, which get that prefix's learning rate (the longest matching
+    prefix wins). A prefix that matches no trainable parameter raises, as in ``learner.freeze``.
+    """
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    hits = dict.fromkeys(lr_by_prefix, 0)
+    by_length = sorted(lr_by_prefix, key=len, reverse=True)
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        prefix = next((k for k in by_length if _matches(name, k)), None)
+        lr = base_lr if prefix is None else lr_by_prefix[prefix]
+        if prefix is not None:
+            hits[prefix] += 1
+        groups.setdefault(lr, []).append(p)
+    missing = [k for k, v in hits.items() if v == 0]
+    if missing:
+        some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
+        raise ValueError(
+            f"learner.lr_groups: no trainable parameter name starts with {missing}; "
+            f"names look like {some}"
+        )
+    # the base group first: the learner reports param_groups[0]'s learning rate
+    order = sorted(groups, key=lambda lr: lr != base_lr)
+    return [{"params": groups[lr], "lr": lr} for lr in order]
 
 
 class Learner:
@@ -148,8 +182,8 @@ class Learner:
         model = load_hf_model(self.model_path)
         model.config.use_cache = False
         freeze_parameters(model, lc.freeze)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=lc.lr, weight_decay=lc.weight_decay)
+        groups = param_groups(model, lc.lr, lc.lr_groups)
+        optimizer = torch.optim.AdamW(groups, lr=lc.lr, weight_decay=lc.weight_decay)
         ds_cfg = deepspeed_config(lc, self.device)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(lc, lc.steps))
         self.engine, _, _, _ = deepspeed.initialize(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
 Stage = Literal["pretrain", "sft", "rl"]
 
@@ -207,6 +207,12 @@ class LearnerConfig(Section):
         default_factory=list,
         description="Parameter-name prefixes kept frozen, e.g. ['model.visual'] for a fixed "
         "vision tower; each must match at least one parameter.",
+    )
+    lr_groups: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="Learning rates by parameter-name prefix, e.g. {'model.visual': 5e-5} for "
+        "a vision tower that needs a lower rate than the language model; the schedule scales "
+        "every group alike. Each prefix must match at least one trainable parameter.",
     )
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
 

@@ -72,6 +72,51 @@ def pick_font(rng: random.Random, size: int, varied: bool = True) -> ImageFont.I
     return _font(rng.choice(files) if varied else files[0], size)
 
 
+#: Side of one image token of the GLM-4.1V vision tower in pixels: a 14-px patch, merged 2x2.
+TOKEN_PX = 28
+
+
+def draw_cells(
+    text: str,
+    rng: random.Random,
+    difficulty: float,
+    min_size: tuple[int, int],
+    ink: tuple[int, int, int] = (0, 0, 0),
+) -> Image.Image:
+    """Render ``text`` one character per ``TOKEN_PX`` cell, on a white canvas of whole cells.
+
+    Below difficulty 0.5 the canvas is one row of exactly ``len(text)`` cells and every glyph is
+    bold and centred in its own image token: the easiest reading task a vision tower can get.
+    From 0.5 the canvas is ``min_size`` (widened to fit, in whole cells), the line starts on a
+    random cell, and difficulty adds sub-cell jitter (up to half a cell), varied fonts and smaller
+    glyphs, so that characters straddle tokens.
+    """
+    easy = difficulty < 0.5
+    cols = len(text) if easy else max(min_size[0] // TOKEN_PX, len(text))
+    rows = 1 if easy else max(1, min_size[1] // TOKEN_PX)
+    img = Image.new("RGB", (cols * TOKEN_PX, rows * TOKEN_PX), "white")
+    draw = ImageDraw.Draw(img)
+    size = 24 - round(6 * max(0.0, difficulty - 0.5) * 2)
+    font = _bold_font(size) if easy else pick_font(rng, size=size, varied=True)
+    jitter = 0 if easy else round(difficulty * TOKEN_PX / 2)
+    col = rng.randint(0, cols - len(text))
+    row = rng.randint(0, rows - 1)
+    dx, dy = rng.randint(-jitter, jitter), rng.randint(-jitter, jitter)
+    for i, ch in enumerate(text):
+        x = (col + i) * TOKEN_PX + TOKEN_PX // 2 + dx
+        y = row * TOKEN_PX + TOKEN_PX // 2 + dy
+        x = min(max(x, TOKEN_PX // 2), img.width - TOKEN_PX // 2)
+        y = min(max(y, TOKEN_PX // 2), img.height - TOKEN_PX // 2)
+        draw.text((x, y), ch, fill=ink, font=font, anchor="mm")
+    return img
+
+
+def _bold_font(size: int) -> ImageFont.ImageFont:
+    files = font_files()
+    bold = [f for f in files if f.endswith("Sans-Bold.ttf")] or [f for f in files if "Bold" in f]
+    return _font(bold[0] if bold else (files[0] if files else None), size)
+
+
 def add_noise(img: Image.Image, rng: random.Random, amount: float) -> Image.Image:
     """Speckle and blur in proportion to ``amount`` in [0, 1]."""
     if amount <= 0:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import random
 
-from PIL import Image, ImageDraw
-
-from rlcs.tasks.base import Example, TaskGenerator, add_noise, pick_font
+from rlcs.tasks.base import Example, TaskGenerator, add_noise, draw_cells
 
 
 class MathTask(TaskGenerator):
@@ -23,14 +21,9 @@ class MathTask(TaskGenerator):
             b = rng.randint(0, 9)
         value = {"+": a + b, "-": a - b, "*": a * b}[op]
         expr = f"{a} {op} {b}"
-        img = Image.new("RGB", self.size, "white")
-        draw = ImageDraw.Draw(img)
-        font = pick_font(rng, size=18 + rng.randint(0, 4), varied=difficulty > 0.5)
-        left, t, r, btm = draw.textbbox((0, 0), expr, font=font)
-        x = rng.randint(2, max(2, self.size[0] - (r - left) - 2))
-        y = rng.randint(2, max(2, self.size[1] - (btm - t) - 2)) - t
-        draw.text((x, y), expr, fill="black", font=font)
-        img = add_noise(img, rng, amount=0.3 * difficulty)
+        # the image shows the expression without spaces, one character per image token
+        img = draw_cells(expr.replace(" ", ""), rng, difficulty, self.size)
+        img = add_noise(img, rng, amount=0.3 * max(0.0, difficulty - 0.3))
         return Example(
             domain=self.domain,
             prompt="Compute the value of the expression in the image.",

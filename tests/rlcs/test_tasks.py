@@ -43,6 +43,23 @@ def test_difficulty_knob_changes_the_task():
     assert any("*" in e or "-" in e for e in hard)
 
 
+def test_easy_text_sits_one_glyph_per_image_token():
+    from rlcs.tasks.base import TOKEN_PX
+
+    for domain, key in (("math", "expression"), ("ocr", None)):
+        for ex in generate(domain, 10, seed=1, difficulty=(0.0, 0.3)):
+            text = (ex.meta[key] if key else ex.answer_text).replace(" ", "")
+            assert ex.image.size == (len(text) * TOKEN_PX, TOKEN_PX)
+            # every cell has ink, and its border columns are blank: no glyph straddles tokens
+            for i in range(len(text)):
+                cell = ex.image.crop((i * TOKEN_PX, 0, (i + 1) * TOKEN_PX, TOKEN_PX)).convert("L")
+                assert cell.getextrema()[0] < 128
+                edge = [cell.getpixel((x, y)) for x in (0, TOKEN_PX - 1) for y in range(TOKEN_PX)]
+                assert min(edge) > 200
+        hard = next(iter(generate(domain, 1, seed=1, difficulty=(0.9, 0.9)))).image
+        assert hard.height > TOKEN_PX
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="unknown task domain 'poetry'"):
         list(generate("poetry", 1, seed=0))
