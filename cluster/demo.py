@@ -21,16 +21,19 @@ from rlcs.config import Config, load_config
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-vlm.yaml"
 
 #: What the demo changes in the RL config for its first two stages. The tiny model must learn
-#: to see in these minutes: pretraining on captions teaches it to read the images, and SFT,
-#: at a high learning rate over several epochs, teaches the output format and the tasks.
-#: Only the learner runs in these stages, so it gets both cores of a laptop (torch threads follow
-#: the actor's CPUs): about twice as fast as one.
-PRETRAIN = ["stage=pretrain", "learner.steps=60", "learner.lr=2.0e-3", "learner.global_batch=32",
-            "learner.micro_batch=32", "learner.lr_schedule=cosine", "learner.warmup_steps=5",
-            "cluster.learner_cpus_per_rank=2"]  # fmt: skip
-SFT = ["stage=sft", "learner.steps=200", "learner.lr=3.0e-3", "learner.global_batch=16",
-       "learner.micro_batch=16", "learner.lr_schedule=cosine", "learner.warmup_steps=10",
-       "cluster.learner_cpus_per_rank=2"]  # fmt: skip
+#: to see in these minutes: pretraining on captions teaches it to read the images, and SFT
+#: teaches the output format and the tasks. The vision tower trains at a sixth of the language
+#: model's rate: at one shared rate high enough for the language model, the tower's output
+#: collapses to the same vector for every image before the model learns to use it (see
+#: docs/learner.md, ``lr_groups``). Only the learner runs in these stages, so it gets both
+#: cores of a laptop (torch threads follow the actor's CPUs): about twice as fast as one.
+VISION_LR = 'learner.lr_groups={"model.visual": 5.0e-5}'
+PRETRAIN = ["stage=pretrain", "learner.steps=600", "learner.lr=3.0e-4", VISION_LR,
+            "learner.global_batch=16", "learner.micro_batch=16", "learner.lr_schedule=constant",
+            "learner.warmup_steps=10", "cluster.learner_cpus_per_rank=2"]  # fmt: skip
+SFT = ["stage=sft", "learner.steps=300", "learner.lr=3.0e-4", VISION_LR,
+       "learner.global_batch=16", "learner.micro_batch=16", "learner.lr_schedule=cosine",
+       "learner.warmup_steps=10", "cluster.learner_cpus_per_rank=2"]  # fmt: skip
 #: The RL stage runs configs/tiny-vlm.yaml as it is, plus a held-out evaluation every few
 #: iterations so the report and the dashboard show the held-out pass rate as RL goes.
 RL = ["run.eval_every=4"]
