@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -67,33 +67,39 @@ def load_processors(path: str | Path) -> tuple[Any, Any]:
     return AutoTokenizer.from_pretrained(path), None
 
 
-def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
-    """Freeze every parameter whose name starts with one of ``prefixes``; return how many.
+def _match_prefixes(
+    model: torch.nn.Module, prefixes: Iterable[str], setting: str, trainable_only: bool = False
+) -> dict[str, str]:
+    """Map each parameter name under one of ``prefixes`` to its longest matching prefix.
 
-    A prefix that matches nothing is a typo in the config, not a no-op: it raises.
+    A prefix that matches nothing is a typo in the config, not a no-op: it raises, naming
+    ``setting``.
     """
-    if not prefixes:
-        return 0
-    hits = dict.fromkeys(prefixes, 0)
-    frozen = 0
+    by_length = sorted(prefixes, key=len, reverse=True)
+    found: dict[str, str] = {}
     for name, p in model.named_parameters():
-        for prefix in prefixes:
-            if _matches(name, prefix):
-                p.requires_grad_(False)
-                hits[prefix] += 1
-                frozen += 1
-                break
-    missing = [k for k, v in hits.items() if v == 0]
+        if trainable_only and not p.requires_grad:
+            continue
+        prefix = next(
+            (k for k in by_length if name == k or name.startswith(k.rstrip(".") + ".")), None
+        )
+        if prefix is not None:
+            found[name] = prefix
+    missing = sorted(set(by_length) - set(found.values()))
     if missing:
         some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
-        raise ValueError(
-            f"learner.freeze: no parameter name starts with {missing}; names look like {some}"
-        )
-    return frozen
+        kind = "trainable parameter" if trainable_only else "parameter"
+        raise ValueError(f"{setting}: no {kind} name starts with {missing}; names look like {some}")
+    return found
 
 
-def _matches(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix.rstrip(".") + ".")
+def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
+    """Freeze every parameter whose name starts with one of ``prefixes``; return how many."""
+    frozen = _match_prefixes(model, prefixes, "learner.freeze")
+    for name, p in model.named_parameters():
+        if name in frozen:
+            p.requires_grad_(False)
+    return len(frozen)
 
 
 def param_groups(
@@ -103,24 +109,12 @@ def param_groups(
     a prefix of ``lr_by_prefix``, which get that prefix's learning rate (the longest matching
     prefix wins). A prefix that matches no trainable parameter raises, as in ``learner.freeze``.
     """
+    prefix_of = _match_prefixes(model, lr_by_prefix, "learner.lr_groups", trainable_only=True)
     groups: dict[float, list[torch.nn.Parameter]] = {}
-    hits = dict.fromkeys(lr_by_prefix, 0)
-    by_length = sorted(lr_by_prefix, key=len, reverse=True)
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        prefix = next((k for k in by_length if _matches(name, k)), None)
-        lr = base_lr if prefix is None else lr_by_prefix[prefix]
-        if prefix is not None:
-            hits[prefix] += 1
-        groups.setdefault(lr, []).append(p)
-    missing = [k for k, v in hits.items() if v == 0]
-    if missing:
-        some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
-        raise ValueError(
-            f"learner.lr_groups: no trainable parameter name starts with {missing}; "
-            f"names look like {some}"
-        )
+        if p.requires_grad:
+            lr = lr_by_prefix[prefix_of[name]] if name in prefix_of else base_lr
+            groups.setdefault(lr, []).append(p)
     # the base group first: the learner reports param_groups[0]'s learning rate
     order = sorted(groups, key=lambda lr: lr != base_lr)
     return [{"params": groups[lr], "lr": lr} for lr in order]
