@@ -63,12 +63,20 @@ def options_from_config(cfg: Any) -> dict[str, Any]:
 class RewardActorPool:
     """Scores batches on several reward actors at once."""
 
-    def __init__(self, actors: Sequence[Any], *, max_shard: int = 512, in_flight: int = 2) -> None:
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        *,
+        max_shard: int = 512,
+        in_flight: int = 2,
+        max_attempts: int = 3,
+    ) -> None:
         if not actors:
             raise ValueError("a reward pool needs at least one actor")
         self.actors = list(actors)
         self.max_shard = max_shard
         self.in_flight = in_flight
+        self.max_attempts = max(1, max_attempts)
         self.retries = 0
 
     @classmethod
@@ -106,19 +114,26 @@ class RewardActorPool:
         )
 
     def score(self, items: Sequence[Any], timeout_s: float | None = None) -> list[ScoreResult]:
-        """Score ``items`` (dicts or tuples, as ``rewards.score_batch``); results in order."""
+        """Score ``items`` (dicts or tuples, as ``rewards.score_batch``); results in order.
+
+        A shard whose actor dies is retried, on another actor where there is one (a restarting
+        actor can fail a call sent to it before Ray notices the death); a shard that fails
+        ``max_attempts`` times gets ``error="actor"`` results rather than being lost."""
         n = len(items)
         results: list[ScoreResult | None] = [None] * n
         size = max(1, min(self.max_shard, math.ceil(n / (len(self.actors) * 4))))
-        queue: deque[tuple[range, int]] = deque(
-            (range(i, min(n, i + size)), 0) for i in range(0, n, size)
+        # (shard, attempts so far, the actor it last failed on or -1)
+        queue: deque[tuple[range, int, int]] = deque(
+            (range(i, min(n, i + size)), 0, -1) for i in range(0, n, size)
         )
         running: dict[Any, tuple[int, range, int]] = {}
         load = [0] * len(self.actors)
         while queue or running:
-            while queue and min(load) < self.in_flight:
-                actor = load.index(min(load))
-                shard, attempt = queue.popleft()
+            while queue:
+                actor = self._pick(load, avoid=queue[0][2])
+                if actor is None:
+                    break
+                shard, attempt, _ = queue.popleft()
                 ref = self.actors[actor].score_batch.remote([items[i] for i in shard], timeout_s)
                 running[ref] = (actor, shard, attempt)
                 load[actor] += 1
@@ -130,14 +145,20 @@ class RewardActorPool:
                     for i, res in zip(shard, ray.get(ref), strict=True):
                         results[i] = res
                 except _ACTOR_FAILURES as e:
-                    if attempt == 0:
+                    if attempt + 1 < self.max_attempts:
                         self.retries += 1
-                        queue.append((shard, 1))
+                        queue.append((shard, attempt + 1, actor))
                     else:
-                        reason = f"reward actor failed twice: {type(e).__name__}"
+                        reason = f"reward actor failed {attempt + 1} times: {type(e).__name__}"
                         for i in shard:
                             results[i] = ScoreResult(0.0, False, None, "actor", reason)
         return results  # type: ignore[return-value]
+
+    def _pick(self, load: list[int], avoid: int) -> int | None:
+        """The least-loaded actor with room, other than ``avoid`` unless it is the only one."""
+        room = [a for a in range(len(load)) if load[a] < self.in_flight]
+        others = [a for a in room if a != avoid] if len(load) > 1 else room
+        return min(others, key=load.__getitem__) if others else None
 
     def counters(self) -> list[dict[str, dict[str, int]]]:
         return ray.get([a.counters.remote() for a in self.actors])

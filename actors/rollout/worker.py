@@ -79,6 +79,10 @@ class RolloutWorkerImpl:
         else:
             from actors.rollout.hf_engine import HFEngine
 
+            if self.cfg.cpu_threads:
+                import torch
+
+                torch.set_num_threads(self.cfg.cpu_threads)
             self.engine = HFEngine(
                 self.model_path, batch_size=self.cfg.hf_batch_size, **common, **engine_kwargs
             )
@@ -206,11 +210,14 @@ class RolloutWorkerImpl:
         self.engine.wake_up()
 
     def info(self) -> dict[str, Any]:
+        import torch
+
         return {
             "engine": self.cfg.engine,
             "model": self.model_path,
             "pid": os.getpid(),
             "index": self.worker_index,
+            "torch_threads": torch.get_num_threads(),
         }
 
     def ready(self) -> bool:
