@@ -169,8 +169,6 @@ class Learner:
             )
         if self.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        elif self.config.learner.cpu_threads:
-            torch.set_num_threads(self.config.learner.cpu_threads)
         if not torch.distributed.is_initialized():
             deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
         torch.manual_seed(self.config.run.seed)

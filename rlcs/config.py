@@ -98,13 +98,6 @@ class RolloutConfig(Section):
     hf_batch_size: int = Field(
         64, ge=1, description="hf engine: sequences generated together (left-padded)."
     )
-    cpu_threads: int | None = Field(
-        None,
-        ge=1,
-        description="hf engine on CPU: torch threads in the worker; default one per reserved CPU "
-        "(at least 1). An iteration's phases take turns, so on a small host the engine and the "
-        "learner can each be given every core.",
-    )
     cpu_allocator: Literal["tcmalloc", "system"] = Field(
         "tcmalloc",
         description=(
@@ -207,12 +200,6 @@ class LearnerConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, ge=0.0)
-    cpu_threads: int | None = Field(
-        None,
-        ge=1,
-        description="CPU learner: torch threads per rank; default one per reserved CPU (at "
-        "least 1). The learner works while the rollout engines wait, so it may use their cores.",
-    )
     global_batch: int = Field(32, ge=1)
     micro_batch: int = Field(1, ge=1)
     steps: int = Field(100, ge=1, description="Optimizer steps for pretrain/SFT.")

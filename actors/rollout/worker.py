@@ -79,10 +79,6 @@ class RolloutWorkerImpl:
         else:
             from actors.rollout.hf_engine import HFEngine
 
-            if self.cfg.cpu_threads:
-                import torch
-
-                torch.set_num_threads(self.cfg.cpu_threads)
             self.engine = HFEngine(
                 self.model_path, batch_size=self.cfg.hf_batch_size, **common, **engine_kwargs
             )

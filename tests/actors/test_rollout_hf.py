@@ -168,12 +168,10 @@ def test_force_answer_on_hf_vlm_with_image(
         assert tok.decode(t.token_ids[THINK : THINK + 2]) == "</think><answer>"
 
 
-def test_nothink_mode_answers_directly_and_cpu_threads_apply(ray_local, tiny_text_model):
-    w = _worker(ray_local, tiny_text_model, nothink=True, n=1, cpu_threads=2)
+def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
+    w = _worker(ray_local, tiny_text_model, nothink=True, n=1)
     try:
         (t,) = ray_local.get(w.generate.remote(ITEMS))
-        # rollout.cpu_threads overrides Ray's one thread per reserved CPU
-        assert ray_local.get(w.info.remote())["torch_threads"] == 2
     finally:
         ray_local.kill(w)
     from rlcs.tokenizer import build_tokenizer
