@@ -206,14 +206,11 @@ class RolloutWorkerImpl:
         self.engine.wake_up()
 
     def info(self) -> dict[str, Any]:
-        import torch
-
         return {
             "engine": self.cfg.engine,
             "model": self.model_path,
             "pid": os.getpid(),
             "index": self.worker_index,
-            "torch_threads": torch.get_num_threads(),
         }
 
     def ready(self) -> bool:
