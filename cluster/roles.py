@@ -49,56 +49,43 @@ class Roles:
 def start_roles(
     cfg: Config, model_path: Path, run_dir: Path, items: list[Item] | None, resume: bool
 ) -> Roles:
-    """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL.
-
-    The RL roles are created first: creating an actor does not wait for it, so the rollout
-    engines and reward workers load while the learner ranks build their DeepSpeed engines."""
+    """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
     placement = create_placement(cfg if cfg.stage == "rl" else _learner_only(cfg))
-    rl = cfg.stage == "rl"
+    learner = LearnerGroup(
+        cfg,
+        model_path,
+        num_cpus_per_rank=placement.options("learner", 0)["num_cpus"],
+        placement_group=placement.groups["learner"],
+    )
+    roles = Roles(placement, learner)
+    if cfg.stage != "rl":
+        return roles
     workers = [
         RolloutWorker.options(**placement.options("rollout", i), max_restarts=1).remote(
             str(model_path), cfg.rollout.model_dump(), dtype=cfg.model.dtype, worker_index=i
         )
-        for i in range(cfg.rollout.num_workers if rl else 0)
+        for i in range(cfg.rollout.num_workers)
     ]
-    reward_actors = [
-        RewardActor.options(
-            **placement.options("reward", i), max_restarts=3, max_task_retries=0
-        ).remote(
-            cfg.reward.processes_per_actor,
-            cfg.reward.timeout_s,
-            options_from_config(cfg.reward),
-            dict(cfg.reward.custom_domains),
-        )
-        for i in range(cfg.reward.num_actors if rl else 0)
-    ]
-    sampler = (
-        CurriculumSampler.options(max_restarts=0).remote(
-            str(run_dir),
-            items=None if resume else items,
-            config=cfg.curriculum,
-            domain_weights=cfg.data.domain_weights,
-            resume=resume,
-        )
-        if rl
-        else None
+    roles.rewards = RewardActorPool(
+        [
+            RewardActor.options(
+                **placement.options("reward", i), max_restarts=3, max_task_retries=0
+            ).remote(
+                cfg.reward.processes_per_actor,
+                cfg.reward.timeout_s,
+                options_from_config(cfg.reward),
+                dict(cfg.reward.custom_domains),
+            )
+            for i in range(cfg.reward.num_actors)
+        ]
     )
-    try:
-        learner = LearnerGroup(
-            cfg,
-            model_path,
-            num_cpus_per_rank=placement.options("learner", 0)["num_cpus"],
-            placement_group=placement.groups["learner"],
-        )
-    except BaseException:
-        for actor in [*workers, *reward_actors, *([sampler] if sampler is not None else [])]:
-            ray.kill(actor, no_restart=True)
-        raise
-    roles = Roles(placement, learner)
-    if not rl:
-        return roles
-    roles.rewards = RewardActorPool(reward_actors)
-    roles.sampler = sampler
+    roles.sampler = CurriculumSampler.options(max_restarts=0).remote(
+        str(run_dir),
+        items=None if resume else items,
+        config=cfg.curriculum,
+        domain_weights=cfg.data.domain_weights,
+        resume=resume,
+    )
     ray.get([w.ready.remote() for w in workers])
     roles.transport = make_transport(
         cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
