@@ -64,10 +64,9 @@ def test_zero3_pretrain_loss_falls(zero3_learner):
 
 
 @pytest.mark.slow
-def test_zero3_export_is_the_trained_model_in_transformers(zero3_learner, tmp_path):
-    """The trained ZeRO-3 model, exported (its shards gathered), is bit for bit the engine's
-    model when transformers loads it. vLLM reading such an export is covered by
-    tests/actors/test_rollout_vllm.py; another vLLM start here would add ~90 s."""
+def test_zero3_export_loads_in_transformers_and_vllm(zero3_learner, tmp_path):
+    """The trained ZeRO-3 model, exported (its shards gathered), is the same model in
+    transformers (bit for bit) and in vLLM (eager, as the CPU rollout engine runs it)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = zero3_learner.export_hf(tmp_path / "hf")
@@ -78,3 +77,14 @@ def test_zero3_export_is_the_trained_model_in_transformers(zero3_learner, tmp_pa
         hf = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
         ours = zero3_learner.engine(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
     torch.testing.assert_close(hf, ours, rtol=0, atol=0)
+    hf_lp = torch.log_softmax(hf, -1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+    vllm = pytest.importorskip("vllm")
+    llm = vllm.LLM(model=out, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256,
+                   enforce_eager=True, seed=0)  # fmt: skip
+    params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+    result = llm.generate([{"prompt_token_ids": ids}], params)[0]
+    vllm_lp = [next(iter(d.values())).logprob for d in result.prompt_logprobs[1:]]
+    assert len(vllm_lp) == len(ids) - 1
+    torch.testing.assert_close(torch.tensor(vllm_lp), hf_lp, rtol=0, atol=1e-3)
+    del llm

@@ -146,14 +146,7 @@ def test_ray_job_submit_runs_tiny_text(tmp_path):
 def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
     import psutil
 
-    sets = [
-        *FAST,
-        "rollout.engine=hf",
-        "run.iterations=3",
-        "run.save_every=1",
-        f"run.root={tmp_path}",
-    ]
-    args = [a for s in sets for a in ("--set", s)]
+    args = set_args([*FAST, "rollout.engine=hf", "run.iterations=3", "run.save_every=1"], tmp_path)
     proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     first = tmp_path / "tiny-text" / "checkpoints" / "step_00000001"
