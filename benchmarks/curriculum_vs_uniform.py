@@ -15,6 +15,11 @@ uniform ends no higher than the SFT checkpoint, a warning says the comparison is
     python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
         [--iterations 12] [--eval-every 2] [--seeds 0 1 2] [--set key=value ...]
 
+Run again with the same ``--root`` after an interruption, it reuses the runs that finished
+(each run directory records its settings in ``benchmark.json``) and runs the others again; a
+root holding runs made with other settings (another checkpoint, budget or ``--set``) stops it
+with an error instead of mixing them in.
+
 Ends with ``RESULT iters_rlcs=… iters_uniform=… iters_dapo=… ratio=… final_rlcs=…
 final_uniform=… final_dapo=…``.
 """
@@ -69,6 +74,41 @@ def rl_run(config: Path, root: Path, name: str, overrides: list[str]) -> dict[in
     }
 
 
+def cached_curve(run_dir: Path, settings: dict) -> dict[int, float] | None:
+    """The curve of a finished run of an interrupted benchmark with the same settings, or None
+    when the run is still to do (one that was interrupted is run again from its start).
+
+    A run directory left by a benchmark with other settings (another SFT checkpoint, other
+    iterations or overrides) is never reused nor resumed: that stops the benchmark with an error
+    naming it, and nothing in it is deleted.
+    """
+    marker = run_dir / "benchmark.json"
+    if marker.exists():
+        before = json.loads(marker.read_text())
+        if before != settings:
+            was, now = before.get("overrides", []), settings["overrides"]
+            diff = [f"was {o}" for o in was if o not in now]
+            diff += [f"now {o}" for o in now if o not in was]
+            if before.get("config") != settings["config"]:
+                diff.insert(0, f"config was {before.get('config')}, now {settings['config']}")
+            raise SystemExit(
+                f"error: {run_dir} holds a run with other settings ({'; '.join(diff)}); pass "
+                f"another --root, or remove that directory to run it again"
+            )
+        out = run_dir / "curve.json"
+        if out.exists():
+            return {int(k): v for k, v in json.loads(out.read_text()).items()}
+        return None
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise SystemExit(
+            f"error: {run_dir} holds a run this benchmark did not record the settings of; pass "
+            f"another --root, or remove that directory to run it again"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(settings, indent=1))
+    return None
+
+
 def first_reaching(curve: dict[int, float], target: float) -> float:
     """First RL iteration (the SFT point, 0, excluded) whose pass rate reaches ``target``."""
     for it in sorted(k for k in curve if k > 0):
@@ -119,17 +159,17 @@ def main() -> None:
     for seed in args.seeds:
         for policy in args.policies:
             name = f"{policy}-seed{seed}"
-            out = root / "runs" / name / "curve.json"
-            if out.exists():  # a finished run of an interrupted benchmark
-                curve = {int(k): v for k, v in json.loads(out.read_text()).items()}
-            else:
-                curve = rl_run(args.config, root / "runs", name, [
-                    *data_overrides(files, "rl_train"), f"model.path={sft}",
-                    f"curriculum.policy={policy}", f"run.seed={seed}", f"rollout.seed={seed}",
-                    f"run.iterations={args.iterations}", f"run.eval_every={args.eval_every}",
-                    *args.overrides,
-                ])  # fmt: skip
-                out.write_text(json.dumps(curve))
+            overrides = [
+                *data_overrides(files, "rl_train"), f"model.path={sft}",
+                f"curriculum.policy={policy}", f"run.seed={seed}", f"rollout.seed={seed}",
+                f"run.iterations={args.iterations}", f"run.eval_every={args.eval_every}",
+                *args.overrides,
+            ]  # fmt: skip
+            settings = {"config": str(args.config.resolve()), "overrides": overrides}
+            curve = cached_curve(root / "runs" / name, settings)
+            if curve is None:
+                curve = rl_run(args.config, root / "runs", name, overrides)
+                (root / "runs" / name / "curve.json").write_text(json.dumps(curve))
             curve = {0: start, **curve}
             curves[policy].append(curve)
             print(f"INFO {name}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())),

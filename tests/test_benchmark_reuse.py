@@ -1,0 +1,64 @@
+"""The curriculum benchmark reuses a finished run only when it was made with the same settings."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location(
+        "curriculum_vs_uniform", ROOT / "benchmarks" / "curriculum_vs_uniform.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SETTINGS = {"config": "/c.yaml", "overrides": ["model.path=/a/sft/hf", "run.iterations=12"]}
+
+
+def test_a_new_run_records_its_settings(bench, tmp_path):
+    run = tmp_path / "rlcs-seed0"
+    assert bench.cached_curve(run, SETTINGS) is None
+    assert json.loads((run / "benchmark.json").read_text()) == SETTINGS
+
+
+def test_a_finished_run_with_the_same_settings_is_reused(bench, tmp_path):
+    run = tmp_path / "rlcs-seed0"
+    bench.cached_curve(run, SETTINGS)
+    (run / "curve.json").write_text(json.dumps({"2": 0.5, "4": 0.625}))
+    assert bench.cached_curve(run, SETTINGS) == {2: 0.5, 4: 0.625}
+
+
+def test_an_unfinished_run_is_run_again(bench, tmp_path):
+    run = tmp_path / "rlcs-seed0"
+    bench.cached_curve(run, SETTINGS)
+    (run / "metrics.jsonl").write_text("{}\n")
+    assert bench.cached_curve(run, SETTINGS) is None
+
+
+def test_a_run_with_other_settings_stops_the_benchmark_and_is_kept(bench, tmp_path):
+    run = tmp_path / "rlcs-seed0"
+    bench.cached_curve(run, SETTINGS)
+    (run / "curve.json").write_text(json.dumps({"2": 0.1}))
+    other = {**SETTINGS, "overrides": ["model.path=/b/sft/hf", "run.iterations=12"]}
+    with pytest.raises(SystemExit) as e:
+        bench.cached_curve(run, other)
+    msg = str(e.value)
+    assert "was model.path=/a/sft/hf" in msg and "now model.path=/b/sft/hf" in msg
+    assert "--root" in msg
+    assert json.loads((run / "curve.json").read_text()) == {"2": 0.1}
+
+
+def test_a_run_directory_without_recorded_settings_is_not_reused(bench, tmp_path):
+    run = tmp_path / "rlcs-seed0"
+    run.mkdir()
+    (run / "curve.json").write_text(json.dumps({"2": 0.1}))
+    with pytest.raises(SystemExit, match="did not record the settings"):
+        bench.cached_curve(run, SETTINGS)
+    assert (run / "curve.json").exists()
