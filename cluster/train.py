@@ -8,6 +8,7 @@ checkpoint on schedule (see ``cluster.rl_iteration`` for the phases).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from rlcs.config import Config, ConfigError, load_config, write_resolved
 from rlcs.report import write_report
 from rlcs.runlog import RunLog
 
+log = logging.getLogger(__name__)
+
 
 def train(cfg: Config, resume: bool = False) -> Path:
     run_dir = prepare_run_dir(cfg, resume)
@@ -32,6 +35,8 @@ def train(cfg: Config, resume: bool = False) -> Path:
     model_path = resolve_model(cfg, run_dir)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
+    if cfg.stage == "rl" and start:
+        warn_curriculum_changes(cfg, run_dir)
     roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
     try:
         if start:
@@ -52,6 +57,22 @@ def train(cfg: Config, resume: bool = False) -> Path:
     finally:
         roles.shutdown()
     return run_dir
+
+
+def warn_curriculum_changes(cfg: Config, run_dir: Path) -> list[str]:
+    """A resumed sampler continues with the curriculum settings saved with its state: say so
+    when the config asks for others, instead of ignoring them silently."""
+    from rlcs.curriculum.persistence import config_changes, saved_config
+
+    changes = config_changes(saved_config(run_dir), cfg.curriculum)
+    if changes:
+        log.warning(
+            "--resume continues the curriculum with the settings saved in %s; these requested "
+            "changes are not applied (start a new run to use them): %s",
+            run_dir,
+            "; ".join(changes),
+        )
+    return changes
 
 
 class RunFailed(RuntimeError):

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum.core import Curriculum
-from rlcs.curriculum.snapshot import read_snapshot, write_snapshot
+from rlcs.curriculum.snapshot import latest_snapshot, read_snapshot, write_snapshot
 from rlcs.curriculum.tiers import TierScheme
 
 CURRICULUM_DIR = "curriculum"
@@ -56,6 +56,18 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
     }
     folder = Path(run_dir) / CURRICULUM_DIR
     return write_snapshot(folder, arrays, meta, keep=cur.config.keep_snapshots)
+
+
+def saved_config(run_dir: str | Path) -> CurriculumConfig:
+    """The curriculum settings of the latest saved state in ``RUN_DIR/curriculum/``."""
+    meta = json.loads((latest_snapshot(Path(run_dir) / CURRICULUM_DIR) / "meta.json").read_text())
+    return CurriculumConfig.model_validate(meta["config"])
+
+
+def config_changes(saved: CurriculumConfig, requested: CurriculumConfig) -> list[str]:
+    """``key: saved -> requested`` for every curriculum setting that differs."""
+    a, b = saved.model_dump(mode="json"), requested.model_dump(mode="json")
+    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(a) if a[k] != b.get(k)]
 
 
 def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
