@@ -129,11 +129,10 @@ class RewardActorPool:
         running: dict[Any, tuple[int, range, int]] = {}
         load = [0] * len(self.actors)
         while queue or running:
-            while queue:
-                actor = self._pick(load, avoid=queue[0][2])
-                if actor is None:
-                    break
-                shard, attempt, _ = queue.popleft()
+            while (placed := self._place(queue, load)) is not None:
+                k, actor = placed
+                shard, attempt, _ = queue[k]
+                del queue[k]
                 ref = self.actors[actor].score_batch.remote([items[i] for i in shard], timeout_s)
                 running[ref] = (actor, shard, attempt)
                 load[actor] += 1
@@ -153,6 +152,21 @@ class RewardActorPool:
                         for i in shard:
                             results[i] = ScoreResult(0.0, False, None, "actor", reason)
         return results  # type: ignore[return-value]
+
+    def _place(
+        self, queue: Sequence[tuple[range, int, int]], load: list[int]
+    ) -> tuple[int, int] | None:
+        """``(position in queue, actor)`` of the first waiting shard some actor can take now.
+
+        A retry that must avoid the only actor with room waits without holding back the shards
+        queued behind it."""
+        for k, (_, _, avoid) in enumerate(queue):
+            actor = self._pick(load, avoid)
+            if actor is not None:
+                return k, actor
+            if not any(x < self.in_flight for x in load):
+                return None  # no actor has room: nothing behind this shard can go either
+        return None
 
     def _pick(self, load: list[int], avoid: int) -> int | None:
         """The least-loaded actor with room, other than ``avoid`` unless it is the only one."""

@@ -83,3 +83,17 @@ def test_a_failed_shard_is_retried_on_another_actor():
     single = RewardActorPool(["a0"], in_flight=1)
     assert single._pick([0], avoid=0) == 0  # one actor: retry it (Ray restarts it)
     assert single._pick([1], avoid=0) is None
+
+
+def test_a_waiting_retry_does_not_hold_back_the_shards_behind_it():
+    from actors.reward import RewardActorPool
+
+    pool = RewardActorPool(["a0", "a1"], in_flight=1)
+    retry, fresh = (range(0, 8), 1, 0), (range(8, 16), 0, -1)
+    # a1 is busy; the retry must avoid a0, the fresh shard behind it can take a0
+    assert pool._place([retry, fresh], load=[0, 1]) == (1, 0)
+    # once a1 is free the retry goes there first
+    assert pool._place([retry, fresh], load=[0, 0]) == (0, 1)
+    # no actor has room: nothing is placed
+    assert pool._place([retry, fresh], load=[1, 1]) is None
+    assert pool._place([], load=[0, 0]) is None
