@@ -160,12 +160,12 @@ class RewardActorPool:
 
         A retry that must avoid the only actor with room waits without holding back the shards
         queued behind it."""
+        if min(load) >= self.in_flight:
+            return None
         for k, (_, _, avoid) in enumerate(queue):
             actor = self._pick(load, avoid)
             if actor is not None:
                 return k, actor
-            if not any(x < self.in_flight for x in load):
-                return None  # no actor has room: nothing behind this shard can go either
         return None
 
     def _pick(self, load: list[int], avoid: int) -> int | None:

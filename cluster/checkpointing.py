@@ -10,7 +10,6 @@ sampler, so the learner's ``latest`` pointer is the commit point there.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -39,12 +38,11 @@ class Checkpointer:
     def resume_point(self) -> int:
         """The step to continue after: 0 when nothing was checkpointed yet."""
         if self.cfg.stage == "rl":
-            from rlcs.curriculum.snapshot import SnapshotError, latest_snapshot
+            from rlcs.curriculum.persistence import CURRICULUM_DIR
+            from rlcs.curriculum.snapshot import SnapshotError, read_meta
 
             try:  # the snapshot's meta alone: loading 10M items' arrays would take seconds
-                meta = json.loads(
-                    (latest_snapshot(self.run_dir / "curriculum") / "meta.json").read_text()
-                )
+                meta = read_meta(self.run_dir / CURRICULUM_DIR)
             except (SnapshotError, FileNotFoundError):
                 return 0
             step = int(meta["iteration"])

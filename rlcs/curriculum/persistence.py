@@ -14,7 +14,7 @@ import numpy as np
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum.core import Curriculum
-from rlcs.curriculum.snapshot import latest_snapshot, read_snapshot, write_snapshot
+from rlcs.curriculum.snapshot import read_meta, read_snapshot, write_snapshot
 from rlcs.curriculum.tiers import TierScheme
 
 CURRICULUM_DIR = "curriculum"
@@ -60,8 +60,7 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
 
 def saved_config(run_dir: str | Path) -> CurriculumConfig:
     """The curriculum settings of the latest saved state in ``RUN_DIR/curriculum/``."""
-    meta = json.loads((latest_snapshot(Path(run_dir) / CURRICULUM_DIR) / "meta.json").read_text())
-    return CurriculumConfig.model_validate(meta["config"])
+    return CurriculumConfig.model_validate(read_meta(Path(run_dir) / CURRICULUM_DIR)["config"])
 
 
 def config_changes(saved: CurriculumConfig, requested: CurriculumConfig) -> list[str]:

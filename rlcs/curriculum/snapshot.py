@@ -83,6 +83,11 @@ def latest_snapshot(folder: str | Path) -> Path:
     return candidates[-1]
 
 
+def read_meta(folder: str | Path) -> dict[str, Any]:
+    """The latest snapshot's meta alone (iteration, config, ...), without its arrays."""
+    return json.loads((latest_snapshot(folder) / "meta.json").read_text())
+
+
 def read_snapshot(
     folder: str | Path, mmap: bool = False
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
