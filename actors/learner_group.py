@@ -28,6 +28,7 @@ class LearnerGroup:
         num_cpus_per_rank: float = 1,
         placement_group: Any = None,
         schedule_timeout_s: float = 120.0,
+        runtime_env: dict[str, Any] | None = None,
     ):
         self.config = config
         self.model_path = str(model_path)
@@ -37,6 +38,8 @@ class LearnerGroup:
         self.actors = []
         for rank in range(n):
             opts: dict[str, Any] = dict(num_cpus=num_cpus_per_rank, num_gpus=gpus)
+            if runtime_env:
+                opts["runtime_env"] = runtime_env
             if placement_group is not None:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

@@ -36,7 +36,7 @@ SFT = ["stage=sft", "learner.steps=300", "learner.lr=3.0e-4", VISION_LR,
        "learner.warmup_steps=10", "cluster.learner_cpus_per_rank=2"]  # fmt: skip
 #: The RL stage runs configs/tiny-vlm.yaml as it is, plus a held-out evaluation every few
 #: iterations so the report and the dashboard show the held-out pass rate as RL goes.
-RL = ["run.eval_every=4"]
+RL = ["run.eval_every=8"]
 
 
 def build_data(cfg: Config, root: Path) -> dict[str, Path]:
@@ -101,7 +101,10 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
     rl = stage_config(config, root, "rl", [*RL, *data_overrides(files, "rl_train"),
                                            f"model.path={root / 'sft' / 'hf'}"])  # fmt: skip
     heldout = load_stage_data(rl, rl.run_dir).eval_items
-    before = stage("eval after SFT", lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout))
+    # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
+    cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
+    before = stage("eval after SFT",
+                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 
     dash = None
     if dashboard_port:
@@ -112,7 +115,8 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
     finally:
         if dash is not None:
             dash.terminate()
-    after = stage("eval after RL", lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout))
+    after = stage("eval after RL",
+                  lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 
     wall = time.perf_counter() - t0
     rl_rewards = _domain_rewards(rl.run_dir)

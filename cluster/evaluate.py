@@ -44,11 +44,15 @@ def evaluate_live(roles: Any, items: list[Item], timeout_s: float) -> dict[str, 
 def evaluate(
     model_path: str | Path, items: list[Item], rollout: RolloutConfig, num_cpus: float = 1.0
 ) -> dict[str, dict[str, float]]:
-    """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item."""
+    """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
+    worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
     import rewards
 
     cfg = rollout.model_copy(update={"n": 1, "temperature": 0.0})
-    worker = RolloutWorker.options(num_cpus=num_cpus).remote(str(model_path), cfg.model_dump())
+    threads = {"OMP_NUM_THREADS": str(max(1, int(num_cpus + 0.5)))}
+    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env={"env_vars": threads}).remote(
+        str(model_path), cfg.model_dump()
+    )
     try:
         trajs = ray.get(worker.generate.remote(items, n=1, step=0, temperature=0.0))
     finally:

@@ -7,6 +7,8 @@ cluster and hands each actor its scheduling options.
 - Split (default): learner ranks and rollout engines get bundles of their own.
 - Colocated (``cluster.colocate``): learner rank i and rollout engine i share bundle i, each
   taking half of its GPUs, as in hybrid-engine setups that put vLLM to sleep while training.
+  The two take turns (generate, then learn), so each runs as many CPU threads as the whole
+  bundle has cores, not half of them: on a CPU-only machine that is what makes colocating pay.
 - ``cluster.role_resources`` adds custom resources to a role's bundles, which pins that role to
   the nodes started with them (``ray start --resources '{"trainer": 8}'``).
 """
@@ -70,6 +72,14 @@ def plan_resources(cfg: Config) -> ResourcePlan:
         gpus_needed = ranks * lg + workers * rg
     reward = [{"CPU": c.reward_cpus_per_actor, **extra["reward"]} for _ in range(rewards)]
     gpus_available = float(c.num_nodes * c.gpus_per_node)
+    for role, bundles in (("learner", learner), ("rollout", rollout), ("reward", reward)):
+        if any(not any(v > 0 for v in b.values()) for b in bundles):
+            field_name = {"learner": "learner_cpus_per_rank", "rollout": "rollout_cpus_per_worker",
+                          "reward": "reward_cpus_per_actor"}[role]  # fmt: skip
+            problems.append(
+                f"the {role} actors would reserve no resource at all (cluster.{field_name} is 0); "
+                "Ray cannot place an empty bundle, so give them a share such as 0.1"
+            )
 
     if c.device == "cuda":
         if lg <= 0:
@@ -130,6 +140,11 @@ class Placement:
         custom = {k: v * share for k, v in bundle.items() if k not in ("CPU", "GPU")}
         if custom:
             opts["resources"] = custom
+        if share < 1.0:
+            # Ray sizes an actor's thread pools (OMP_NUM_THREADS, which torch reads) by its own
+            # CPU share; colocated roles run in turn, so each may use every core of the bundle
+            threads = max(1, int(bundle.get("CPU", 0.0) + 0.5))
+            opts["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
         return opts
 
     def remove(self) -> None:

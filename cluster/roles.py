@@ -51,11 +51,13 @@ def start_roles(
 ) -> Roles:
     """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
     placement = create_placement(cfg if cfg.stage == "rl" else _learner_only(cfg))
+    learner_opts = placement.options("learner", 0)
     learner = LearnerGroup(
         cfg,
         model_path,
-        num_cpus_per_rank=placement.options("learner", 0)["num_cpus"],
+        num_cpus_per_rank=learner_opts["num_cpus"],
         placement_group=placement.groups["learner"],
+        runtime_env=learner_opts.get("runtime_env"),
     )
     roles = Roles(placement, learner)
     if cfg.stage != "rl":
@@ -96,10 +98,11 @@ def start_roles(
 
 
 def _learner_only(cfg: Config) -> Config:
-    """Pretrain and SFT reserve no rollout or reward bundles."""
+    """Pretrain and SFT reserve no rollout or reward bundles, and so colocate nothing."""
     return cfg.model_copy(
         update={
             "rollout": cfg.rollout.model_copy(update={"num_workers": 0}),
             "reward": cfg.reward.model_copy(update={"num_actors": 0}),
+            "cluster": cfg.cluster.model_copy(update={"colocate": False}),
         }
     )

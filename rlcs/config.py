@@ -229,7 +229,11 @@ class ClusterConfig(Section):
         0.0, ge=0.0, description="GPUs per rollout engine: its tensor-parallel size on GPU hosts."
     )
     reward_cpus_per_actor: float = Field(1.0, ge=0.0)
-    colocate: bool = Field(False, description="Learner ranks and rollout engines share devices.")
+    colocate: bool = Field(
+        False,
+        description="Learner rank i and rollout engine i share one bundle and take turns on it: "
+        "half its GPUs each, and each runs as many CPU threads as the bundle has CPUs.",
+    )
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     role_resources: dict[Literal["learner", "rollout", "reward"], dict[str, float]] = Field(
         default_factory=dict,

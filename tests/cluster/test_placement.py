@@ -60,6 +60,46 @@ def test_colocated_roles_share_bundles():
     assert any("one rollout engine per learner rank" in p for p in plan_resources(bad).problems)
 
 
+def test_a_role_with_no_resources_is_reported():
+    c = cfg(cluster={"reward_cpus_per_actor": 0})
+    (problem,) = plan_resources(c).problems
+    assert "cluster.reward_cpus_per_actor is 0" in problem and "such as 0.1" in problem
+    # a custom resource alone is something to reserve
+    c = cfg(cluster={"reward_cpus_per_actor": 0, "role_resources": {"reward": {"verifier": 1}}})
+    assert plan_resources(c).problems == []
+
+
+def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
+    """Learner and engine take turns on one bundle, so each gets all of its cores as threads
+    while Ray's accounting splits the bundle between them."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        c = cfg(
+            reward={"num_actors": 1},
+            cluster={"colocate": True, "learner_cpus_per_rank": 1, "rollout_cpus_per_worker": 0.8,
+                     "reward_cpus_per_actor": 0.2},
+        )  # fmt: skip
+        placement = create_placement(c, timeout_s=60)
+
+        @ray.remote
+        class Probe:
+            def threads(self) -> int:
+                import torch
+
+                return torch.get_num_threads()
+
+        opts = {role: placement.options(role, 0) for role in ("learner", "rollout", "reward")}
+        assert opts["learner"]["num_cpus"] == opts["rollout"]["num_cpus"] == pytest.approx(0.9)
+        actors = {role: Probe.options(**o).remote() for role, o in opts.items()}
+        threads = {role: ray.get(a.threads.remote(), timeout=60) for role, a in actors.items()}
+        assert threads == {"learner": 2, "rollout": 2, "reward": 1}
+        placement.remove()
+    finally:
+        ray.shutdown()
+
+
 def test_cpu_device_with_gpus_is_an_error():
     c = cfg(cluster={"learner_gpus_per_rank": 1})
     assert plan_resources(c).problems == [
