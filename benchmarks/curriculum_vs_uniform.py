@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -98,6 +99,11 @@ def cached_curve(run_dir: Path, settings: dict) -> dict[int, float] | None:
         out = run_dir / "curve.json"
         if out.exists():
             return {int(k): v for k, v in json.loads(out.read_text()).items()}
+        # this benchmark's own run, interrupted before its curve was written: clear what it
+        # left (`rlcs train` will not start over a run directory) and run it again
+        for child in run_dir.iterdir():
+            if child != marker:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
         return None
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SystemExit(

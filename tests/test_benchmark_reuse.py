@@ -39,7 +39,11 @@ def test_an_unfinished_run_is_run_again(bench, tmp_path):
     run = tmp_path / "rlcs-seed0"
     bench.cached_curve(run, SETTINGS)
     (run / "metrics.jsonl").write_text("{}\n")
+    (run / "config.yaml").write_text("stage: rl\n")
+    (run / "checkpoints" / "step-4").mkdir(parents=True)
     assert bench.cached_curve(run, SETTINGS) is None
+    # what the interrupted run left is cleared, so that `rlcs train` can start it again
+    assert [p.name for p in run.iterdir()] == ["benchmark.json"]
 
 
 def test_a_run_with_other_settings_stops_the_benchmark_and_is_kept(bench, tmp_path):
