@@ -92,9 +92,11 @@ def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
 
         opts = {role: placement.options(role, 0) for role in ("learner", "rollout", "reward")}
         assert opts["learner"]["num_cpus"] == opts["rollout"]["num_cpus"] == pytest.approx(0.9)
-        actors = {role: Probe.options(**o).remote() for role, o in opts.items()}
+        # a role that is not colocated keeps Ray's own thread sizing
+        assert "runtime_env" not in opts["reward"]
+        actors = {role: Probe.options(**opts[role]).remote() for role in ("learner", "rollout")}
         threads = {role: ray.get(a.threads.remote(), timeout=60) for role, a in actors.items()}
-        assert threads == {"learner": 2, "rollout": 2, "reward": 1}
+        assert threads == {"learner": 2, "rollout": 2}
         placement.remove()
     finally:
         ray.shutdown()
