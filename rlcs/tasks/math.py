@@ -31,7 +31,7 @@ class MathTask(TaskGenerator):
             answer=str(value),
             answer_text=str(value),
             reasoning=f"{expr} = {value}",
-            caption=f"An image of the arithmetic expression {expr}.",
+            caption=f"An image of the arithmetic expression {expr}, which equals {value}.",
             meta={"expression": expr, "difficulty": difficulty},
             text_prompt=f"Compute the value of {expr}.",
         )
