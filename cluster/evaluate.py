@@ -10,6 +10,7 @@ from typing import Any
 import ray
 
 from actors.rollout.worker import RolloutWorker
+from cluster.placement import thread_env
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
 
@@ -49,8 +50,7 @@ def evaluate(
     import rewards
 
     cfg = rollout.model_copy(update={"n": 1, "temperature": 0.0})
-    threads = {"OMP_NUM_THREADS": str(max(1, int(num_cpus + 0.5)))}
-    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env={"env_vars": threads}).remote(
+    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
         str(model_path), cfg.model_dump()
     )
     try:

@@ -72,10 +72,12 @@ def plan_resources(cfg: Config) -> ResourcePlan:
         gpus_needed = ranks * lg + workers * rg
     reward = [{"CPU": c.reward_cpus_per_actor, **extra["reward"]} for _ in range(rewards)]
     gpus_available = float(c.num_nodes * c.gpus_per_node)
-    for role, bundles in (("learner", learner), ("rollout", rollout), ("reward", reward)):
+    for role, bundles, field_name in (
+        ("learner", learner, "learner_cpus_per_rank"),
+        ("rollout", rollout, "rollout_cpus_per_worker"),
+        ("reward", reward, "reward_cpus_per_actor"),
+    ):
         if any(not any(v > 0 for v in b.values()) for b in bundles):
-            field_name = {"learner": "learner_cpus_per_rank", "rollout": "rollout_cpus_per_worker",
-                          "reward": "reward_cpus_per_actor"}[role]  # fmt: skip
             problems.append(
                 f"the {role} actors would reserve no resource at all (cluster.{field_name} is 0); "
                 "Ray cannot place an empty bundle, so give them a share such as 0.1"
@@ -107,6 +109,12 @@ def plan_resources(cfg: Config) -> ResourcePlan:
         )
     return ResourcePlan({"learner": learner, "rollout": rollout, "reward": reward}, gpus_needed,
                         gpus_available, problems)  # fmt: skip
+
+
+def thread_env(cpus: float) -> dict[str, Any]:
+    """A runtime_env that gives an actor ``cpus`` threads (rounded, at least one). Ray sizes an
+    actor's thread pools (OMP_NUM_THREADS, which torch reads) by its own CPU share otherwise."""
+    return {"env_vars": {"OMP_NUM_THREADS": str(max(1, int(cpus + 0.5)))}}
 
 
 def _gpu(n: float) -> dict[str, float]:
@@ -141,10 +149,8 @@ class Placement:
         if custom:
             opts["resources"] = custom
         if share < 1.0:
-            # Ray sizes an actor's thread pools (OMP_NUM_THREADS, which torch reads) by its own
-            # CPU share; colocated roles run in turn, so each may use every core of the bundle
-            threads = max(1, int(bundle.get("CPU", 0.0) + 0.5))
-            opts["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
+            # colocated roles run in turn, so each may use every core of the bundle
+            opts["runtime_env"] = thread_env(bundle.get("CPU", 0.0))
         return opts
 
     def remove(self) -> None:
