@@ -51,13 +51,15 @@ class GroundingTask(TaskGenerator):
         grid = 28 if easy else 0
         target = self._place(rng, [], side, grid)
         taken = [target]
+        drawn = [(target, color, shape)]
         others = [(c, s) for c in COLORS for s in SHAPES if (c, s) != (color, shape)]
         for _ in range(n_distractors):
             box = self._place(rng, taken, side, grid)
             if box is None:
                 break
             taken.append(box)
-            self._draw(draw, box, *rng.choice(others))
+            drawn.append((box, *rng.choice(others)))
+            self._draw(draw, box, *drawn[-1][1:])
         self._draw(draw, target, color, shape)
         img = add_noise(img, rng, amount=0.2 * difficulty)
         norm = to_norm_box(target, self.size)
@@ -69,7 +71,7 @@ class GroundingTask(TaskGenerator):
             answer=[norm],
             answer_text=str(norm).replace(" ", ""),
             reasoning=f"{color} {shape}, {where}",
-            caption=f"A {color} {shape} in the {where}, with {len(taken) - 1} other shapes.",
+            caption=_caption(drawn, self.size),
             meta={"difficulty": difficulty},
         )
 
@@ -79,6 +81,16 @@ class GroundingTask(TaskGenerator):
             draw.rectangle(box, fill=COLORS[color])
         else:
             draw.ellipse(box, fill=COLORS[color])
+
+
+def _caption(drawn, size) -> str:
+    """Every shape and where it is, in reading order: the vision tower learns where things are
+    from every shape of the picture, not only from the one a question asks about."""
+    order = sorted(drawn, key=lambda d: (d[0][1], d[0][0]))
+    parts = [f"{'an' if c[0] in 'aeiou' else 'a'} {c} {s} in the {_where(box, size)}"
+             for box, c, s in order]  # fmt: skip
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return text[0].upper() + text[1:] + "."
 
 
 def _where(box, size) -> str:

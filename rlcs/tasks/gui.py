@@ -73,15 +73,21 @@ class GuiTask(TaskGenerator):
             + "".join(elements)
             + "</body></html>"
         )
-        bb = page.locator(f"#e{target}").bounding_box()
+        boxes = []
+        for i in range(n):
+            bb = page.locator(f"#e{i}").bounding_box()
+            boxes.append(
+                to_norm_box(
+                    (bb["x"], bb["y"], bb["x"] + bb["width"], bb["y"] + bb["height"]), self.size
+                )
+            )
         png = page.screenshot()
         img = Image.open(io.BytesIO(png)).convert("RGB").resize(self.size)
-        box = to_norm_box(
-            (bb["x"], bb["y"], bb["x"] + bb["width"], bb["y"] + bb["height"]), self.size
-        )
-        point = [(box[0] + box[2]) // 2, (box[1] + box[3]) // 2]
-        label = labels[target]
-        kind = "link" if elements[target].startswith("<a") else "button"
+        kinds = ["link" if e.startswith("<a") else "button" for e in elements]
+        points = [[(b[0] + b[2]) // 2, (b[1] + b[3]) // 2] for b in boxes]
+        box, point, label, kind = boxes[target], points[target], labels[target], kinds[target]
+        # every element and where it is: the captions teach where things are on a page
+        where = [f"{lab} {k} at {p[0]},{p[1]}" for lab, k, p in zip(labels, kinds, points)]
         return Example(
             domain=self.domain,
             prompt=f"Click the {label} {kind}. Answer with one action as JSON.",
@@ -89,6 +95,6 @@ class GuiTask(TaskGenerator):
             answer={"action": "click", "box": box},
             answer_text=json.dumps({"action": "click", "point": point}, separators=(",", ":")),
             reasoning=f"{label} {kind} at {point[0]},{point[1]}",
-            caption=f"A page with {n} elements: {', '.join(labels)}.",
+            caption=f"A page with {n} elements: {', '.join(where)}.",
             meta={"difficulty": difficulty, "labels": labels},
         )
