@@ -50,16 +50,15 @@ class GroundingTask(TaskGenerator):
         side = 40 if easy else rng.randint(36, 48) - round(difficulty * 20)
         grid = 28 if easy else 0
         target = self._place(rng, [], side, grid)
-        taken = [target]
-        drawn = [(target, color, shape)]
+        drawn = [(target, color, shape)]  # (box, colour, shape) of every shape in the picture
         others = [(c, s) for c in COLORS for s in SHAPES if (c, s) != (color, shape)]
         for _ in range(n_distractors):
-            box = self._place(rng, taken, side, grid)
+            box = self._place(rng, [d[0] for d in drawn], side, grid)
             if box is None:
                 break
-            taken.append(box)
-            drawn.append((box, *rng.choice(others)))
-            self._draw(draw, box, *drawn[-1][1:])
+            c, s = rng.choice(others)
+            drawn.append((box, c, s))
+            self._draw(draw, box, c, s)
         self._draw(draw, target, color, shape)
         img = add_noise(img, rng, amount=0.2 * difficulty)
         norm = to_norm_box(target, self.size)
