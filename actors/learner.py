@@ -226,28 +226,44 @@ class Learner:
         order = [d for row in row_docs for d in row]
         return collate(row_docs, self.pad_id), order
 
+    def _policy_temperature(self) -> float:
+        """What the policy's logits are divided by: the rollout's sampling temperature, so that
+        the objective's logprobs are those of the distribution the samples came from."""
+        t = self.config.rollout.temperature
+        return t if self.config.learner.grpo.tempered_logprobs and t > 0 else 1.0
+
     @torch.no_grad()
     def _fill_logprobs(
-        self, docs: list[Document], micro: list[list[list[int]]], key: str, model: Any
+        self,
+        docs: list[Document],
+        micro: list[list[list[int]]],
+        key: str,
+        model: Any,
+        raw_key: str | None = None,
     ) -> None:
-        """Per-token logprobs of each document under ``model``, stored in ``doc.extras[key]``."""
+        """Per-token policy logprobs (tempered) of each document under ``model``, stored in
+        ``doc.extras[key]``; with a temperature other than 1 and a ``raw_key``, the raw ones
+        too, for the comparison with the engine's."""
+        temp = self._policy_temperature()
         for rows in micro:
             b, order = self._collate(docs, rows)
-            lp = (
-                token_logprobs(self._logits(model, b), b["targets"].to(self.engine.device))
-                .float()
-                .cpu()
-            )
-            for d in order:
-                d.extras[key] = [0.0] * len(d)
-            sel = b["doc_offset"] >= 0
-            for idx, off, v in zip(
-                b["doc_index"][sel].tolist(),
-                b["doc_offset"][sel].tolist(),
-                lp[sel].tolist(),
-                strict=True,
-            ):
-                order[idx].extras[key][off] = v
+            logits = self._logits(model, b)
+            targets = b["targets"].to(self.engine.device)
+            series = {key: token_logprobs(logits / temp, targets)}
+            if temp != 1.0 and raw_key:
+                series[raw_key] = token_logprobs(logits, targets)
+            for name, lp in series.items():
+                lp = lp.float().cpu()
+                for d in order:
+                    d.extras[name] = [0.0] * len(d)
+                sel = b["doc_offset"] >= 0
+                for idx, off, v in zip(
+                    b["doc_index"][sel].tolist(),
+                    b["doc_offset"][sel].tolist(),
+                    lp[sel].tolist(),
+                    strict=True,
+                ):
+                    order[idx].extras[name][off] = v
 
     # ----------------------------------------------------------------- training
     def run_step(self, step: RankStep) -> dict[str, float]:
@@ -261,7 +277,9 @@ class Learner:
             # With one optimizer step per call the update is on-policy: the old logprobs are
             # the training forward's own, detached, and the extra forward pass is skipped.
             if len(step.minis) > 1:
-                self._fill_logprobs(step.docs, micro_all, "old_logprobs", self.engine)
+                self._fill_logprobs(
+                    step.docs, micro_all, "old_logprobs", self.engine, raw_key="old_logprobs_raw"
+                )
             if self.ref_model is not None:
                 self._fill_logprobs(step.docs, micro_all, "ref_logprobs", self.ref_model)
         for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
@@ -298,21 +316,31 @@ class Learner:
         logits = self._logits(self.engine, b)
         targets = b["targets"].to(dev)
         weights = b["weights"].to(dev)
-        lp = token_logprobs(logits, targets)
         active = (targets >= 0) & (weights != 0)
         info = {"tokens": float(active.sum())}
         if objective == "lm":
-            return (weights * -lp).sum(), info
+            return (weights * -token_logprobs(logits, targets)).sum(), info
+        temp = self._policy_temperature()
+        raw_logits = logits
+        if temp != 1.0:
+            logits = logits / temp
+        lp = token_logprobs(logits, targets)
         ent = token_entropy(logits) if grpo.entropy_coef > 0 else None
         old = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()
         if "rollout_logprobs" in b:
             # The learner's and the engine's logprobs of the sampled tokens, same weights, both
-            # raw: they agree to float noise unless the learner sees something else than the
-            # engine did (another prompt, a missing image, a stale sync). Forced tokens (0.0)
-            # and masked ones are left out.
+            # raw (the engines report pre-temperature logprobs): they agree to float noise
+            # unless the learner sees something else than the engine did (another prompt, a
+            # missing image, a stale sync). Forced tokens (0.0) and masked ones are left out.
+            if temp == 1.0:
+                raw = old
+            elif "old_logprobs_raw" in b:
+                raw = b["old_logprobs_raw"].to(dev)
+            else:
+                raw = token_logprobs(raw_logits.detach(), targets)
             roll = b["rollout_logprobs"].to(dev)
             seen = active & (roll != 0)
-            info["logprob_mismatch_sum"] = float((old - roll).abs()[seen].sum())
+            info["logprob_mismatch_sum"] = float((raw - roll).abs()[seen].sum())
             info["logprob_mismatch_tokens"] = float(seen.sum())
         terms = ppo_clip_terms(
             lp,

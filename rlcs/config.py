@@ -189,6 +189,11 @@ class GRPOConfig(Section):
     kl_coef: float = Field(0.0, ge=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration.")
+    tempered_logprobs: bool = Field(
+        True,
+        description="Policy logprobs from the logits over rollout.temperature: the distribution "
+        "the engine sampled from. False trains on the raw (temperature 1) distribution.",
+    )
 
 
 class LearnerConfig(Section):

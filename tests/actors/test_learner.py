@@ -186,6 +186,45 @@ def test_engine_logprobs_are_compared_and_forced_tokens_are_not_trained(vlm_lear
     assert stats["logprob_mismatch_sum"] / n_tokens == pytest.approx(0.25, abs=1e-3)
 
 
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_policy_logprobs_are_tempered_and_compared_raw(vlm_learner, tmp_path, mini_batches):
+    """Sampled at temperature T, the objective's logprobs are those of ``logits / T`` (the
+    first update's ratio is 1, nothing clipped); the engine comparison stays on raw logprobs."""
+    from actors.learner_batches import prepare_step
+    from rlcs.grpo import token_logprobs
+
+    cfg = vlm_learner.config
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    cfg.rollout.temperature, cfg.learner.grpo.mini_batches = 0.5, mini_batches
+    try:
+        trajs = rl_batch(vlm_learner)
+        step = prepare_step("rl", trajs, cfg, vlm_learner.tokenizer, vlm_learner.processor)[0]
+        micro = [mb for mini in step.minis for mb in mini]
+        vlm_learner._fill_logprobs(step.docs, micro, "lp", vlm_learner.engine, raw_key="raw")
+        b, order = vlm_learner._collate(step.docs, micro[0])
+        with torch.no_grad():
+            logits = vlm_learner._logits(vlm_learner.engine, b)
+        tempered = token_logprobs(logits / 0.5, b["targets"])
+        sel = b["doc_offset"] >= 0
+        idx, off = b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist()
+        got = [order[i].extras["lp"][o] for i, o in zip(idx, off, strict=True)]
+        torch.testing.assert_close(torch.tensor(got), tempered[sel], atol=1e-5, rtol=1e-5)
+        by_ids = {tuple(d.input_ids): d for d in step.docs}
+        for t in trajs:
+            raw = by_ids[tuple(t["prompt_token_ids"] + t["token_ids"])].extras["raw"]
+            t["logprobs"] = [x + 0.25 for x in raw[len(t["prompt_token_ids"]) :]]
+        stats = vlm_learner.train_step("rl", trajs)
+        assert stats["optimizer_steps"] == mini_batches
+        assert stats["logprob_mismatch_sum"] / stats["logprob_mismatch_tokens"] == pytest.approx(
+            0.25, abs=1e-3
+        )
+        if mini_batches == 1:
+            assert stats["clipped"] == 0 and abs(stats["loss"]) < 1e-5
+    finally:
+        cfg.rollout.temperature, cfg.learner.grpo.mini_batches = 1.0, 1
+        vlm_learner.load_checkpoint(tmp_path, "start")
+
+
 def test_vlm_packing_matches_each_document_alone(vlm_learner):
     """Two image documents and a text one packed in one row give their stand-alone logits."""
     from actors.learner_batches import pretrain_documents
