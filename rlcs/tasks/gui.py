@@ -87,7 +87,9 @@ class GuiTask(TaskGenerator):
         points = [[(b[0] + b[2]) // 2, (b[1] + b[3]) // 2] for b in boxes]
         box, point, label, kind = boxes[target], points[target], labels[target], kinds[target]
         # every element and where it is: the captions teach where things are on a page
-        where = [f"{lab} {k} at {p[0]},{p[1]}" for lab, k, p in zip(labels, kinds, points, strict=True)]
+        where = [
+            f"{lab} {k} at {p[0]},{p[1]}" for lab, k, p in zip(labels, kinds, points, strict=True)
+        ]
         return Example(
             domain=self.domain,
             prompt=f"Click the {label} {kind}. Answer with one action as JSON.",
