@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import torch
 from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor
 from actors.learner_batches import RankStep, prepare_step
+from actors.learner_model import freeze_parameters, load_hf_model, load_processors, param_groups
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
 from rlcs.packing import Document, collate
@@ -43,81 +44,6 @@ def node_ip() -> str:
     except ImportError:
         pass
     return "127.0.0.1"
-
-
-def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    cfg = AutoConfig.from_pretrained(path)
-    auto = AutoModelForImageTextToText if hasattr(cfg, "vision_config") else AutoModelForCausalLM
-    return auto.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
-
-
-def load_processors(path: str | Path) -> tuple[Any, Any]:
-    """(tokenizer, processor or None) for a model directory."""
-    from transformers import AutoTokenizer
-
-    path = Path(path)
-    if (path / "rlcs_processor.json").is_file():
-        from rlcs.vlm_processor import TinyGlm4vProcessor
-
-        proc = TinyGlm4vProcessor.from_pretrained(path)
-        return proc.tokenizer, proc
-    return AutoTokenizer.from_pretrained(path), None
-
-
-def _match_prefixes(
-    model: torch.nn.Module, prefixes: Iterable[str], setting: str, trainable_only: bool = False
-) -> dict[str, str]:
-    """Map each parameter name under one of ``prefixes`` to its longest matching prefix.
-
-    A prefix that matches nothing is a typo in the config, not a no-op: it raises, naming
-    ``setting``.
-    """
-    by_length = sorted(prefixes, key=len, reverse=True)
-    found: dict[str, str] = {}
-    for name, p in model.named_parameters():
-        if trainable_only and not p.requires_grad:
-            continue
-        prefix = next(
-            (k for k in by_length if name == k or name.startswith(k.rstrip(".") + ".")), None
-        )
-        if prefix is not None:
-            found[name] = prefix
-    missing = sorted(set(by_length) - set(found.values()))
-    if missing:
-        some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
-        kind = "trainable parameter" if trainable_only else "parameter"
-        raise ValueError(f"{setting}: no {kind} name starts with {missing}; names look like {some}")
-    return found
-
-
-def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
-    """Freeze every parameter whose name starts with one of ``prefixes``; return how many."""
-    frozen = _match_prefixes(model, prefixes, "learner.freeze")
-    for name, p in model.named_parameters():
-        if name in frozen:
-            p.requires_grad_(False)
-    return len(frozen)
-
-
-def param_groups(
-    model: torch.nn.Module, base_lr: float, lr_by_prefix: dict[str, float]
-) -> list[dict[str, Any]]:
-    """The optimizer's parameter groups: trainable parameters at ``base_lr``, except those under
-    a prefix of ``lr_by_prefix``, which get that prefix's learning rate (the longest matching
-    prefix wins). A prefix that matches no trainable parameter raises, as in ``learner.freeze``.
-    """
-    prefix_of = _match_prefixes(model, lr_by_prefix, "learner.lr_groups", trainable_only=True)
-    groups: dict[float, list[torch.nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            lr = lr_by_prefix[prefix_of[name]] if name in prefix_of else base_lr
-            groups.setdefault(lr, []).append(p)
-    # the base group first: the learner reports param_groups[0]'s learning rate
-    order = sorted(groups, key=lambda lr: lr != base_lr)
-    return [{"params": groups[lr], "lr": lr} for lr in order]
 
 
 class Learner:
@@ -249,20 +175,16 @@ class Learner:
             b, order = self._collate(docs, rows)
             logits = self._logits(model, b)
             targets = b["targets"].to(self.engine.device)
-            series = {key: token_logprobs(logits / temp, targets)}
+            series = {key: token_logprobs(logits / temp if temp != 1.0 else logits, targets)}
             if temp != 1.0 and raw_key:
                 series[raw_key] = token_logprobs(logits, targets)
+            sel = b["doc_offset"] >= 0
+            idx_off = zip(b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist(), strict=True)
+            where = list(idx_off)
             for name, lp in series.items():
-                lp = lp.float().cpu()
                 for d in order:
                     d.extras[name] = [0.0] * len(d)
-                sel = b["doc_offset"] >= 0
-                for idx, off, v in zip(
-                    b["doc_index"][sel].tolist(),
-                    b["doc_offset"][sel].tolist(),
-                    lp[sel].tolist(),
-                    strict=True,
-                ):
+                for (idx, off), v in zip(where, lp.float().cpu()[sel].tolist(), strict=True):
                     order[idx].extras[name][off] = v
 
     # ----------------------------------------------------------------- training

@@ -13,8 +13,9 @@ from typing import Any
 
 import ray
 
-from actors.learner import Learner, load_processors
+from actors.learner import Learner
 from actors.learner_batches import prepare_step
+from actors.learner_model import load_processors
 from rlcs.config import Config
 
 

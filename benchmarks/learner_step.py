@@ -59,7 +59,7 @@ class BareLoop:
     """The reference: plain HF model, torch AdamW, same inputs, same loss, same clipping."""
 
     def __init__(self, model_dir: Path, lr: float, clip: float):
-        from actors.learner import load_hf_model
+        from actors.learner_model import load_hf_model
 
         self.model = load_hf_model(model_dir)
         self.model.config.use_cache = False

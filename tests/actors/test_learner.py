@@ -349,7 +349,7 @@ def test_lr_groups_give_the_vision_tower_its_own_learning_rate(tiny_vlm):
 
 
 def test_an_lr_group_that_matches_nothing_is_refused():
-    from actors.learner import param_groups
+    from actors.learner_model import param_groups
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"lr_groups: no trainable parameter .*\['visual'\]"):
@@ -359,7 +359,7 @@ def test_an_lr_group_that_matches_nothing_is_refused():
 
 
 def test_a_freeze_prefix_that_matches_nothing_is_refused():
-    from actors.learner import freeze_parameters
+    from actors.learner_model import freeze_parameters
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"no parameter name starts with \['visual'\]"):

@@ -29,14 +29,14 @@ def ray_two_cpus():
 
 
 def _items(tmp_path) -> list[Item]:
-    from rlcs.tasks import build_task_data
-
-    files = build_task_data(tmp_path / "data", sizes={"rl_train": 1, "heldout": 3, "sft": 1,
-                            "pretrain": 1}, domains=("math", "grounding"), difficulty=(0.0, 0.3),
-                            progress=False)  # fmt: skip
+    """Three held-out items each of math and grounding, with absolute image paths."""
     from cluster.stage_data import absolute_images
     from rlcs.data import load_items
+    from rlcs.tasks import build_task_data
 
+    sizes = {"rl_train": 1, "heldout": 3, "sft": 1, "pretrain": 1}
+    files = build_task_data(tmp_path / "data", sizes=sizes, domains=("math", "grounding"),
+                            difficulty=(0.0, 0.3), progress=False)  # fmt: skip
     return [absolute_images(it, files["heldout"].parent) for it in load_items(files["heldout"])]
 
 

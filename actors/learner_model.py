@@ -1,0 +1,85 @@
+"""The model a learner trains: loading it and its processors, and choosing which parameters
+train and at what learning rate (``learner.freeze``, ``learner.lr_groups``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    cfg = AutoConfig.from_pretrained(path)
+    auto = AutoModelForImageTextToText if hasattr(cfg, "vision_config") else AutoModelForCausalLM
+    return auto.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+
+
+def load_processors(path: str | Path) -> tuple[Any, Any]:
+    """(tokenizer, processor or None) for a model directory."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if (path / "rlcs_processor.json").is_file():
+        from rlcs.vlm_processor import TinyGlm4vProcessor
+
+        proc = TinyGlm4vProcessor.from_pretrained(path)
+        return proc.tokenizer, proc
+    return AutoTokenizer.from_pretrained(path), None
+
+
+def _match_prefixes(
+    model: torch.nn.Module, prefixes: Iterable[str], setting: str, trainable_only: bool = False
+) -> dict[str, str]:
+    """Map each parameter name under one of ``prefixes`` to its longest matching prefix.
+
+    A prefix that matches nothing is a typo in the config, not a no-op: it raises, naming
+    ``setting``.
+    """
+    by_length = sorted(prefixes, key=len, reverse=True)
+    found: dict[str, str] = {}
+    for name, p in model.named_parameters():
+        if trainable_only and not p.requires_grad:
+            continue
+        prefix = next(
+            (k for k in by_length if name == k or name.startswith(k.rstrip(".") + ".")), None
+        )
+        if prefix is not None:
+            found[name] = prefix
+    missing = sorted(set(by_length) - set(found.values()))
+    if missing:
+        some = ", ".join(n for n, _ in list(model.named_parameters())[:3])
+        kind = "trainable parameter" if trainable_only else "parameter"
+        raise ValueError(f"{setting}: no {kind} name starts with {missing}; names look like {some}")
+    return found
+
+
+def freeze_parameters(model: torch.nn.Module, prefixes: list[str]) -> int:
+    """Freeze every parameter whose name starts with one of ``prefixes``; return how many."""
+    frozen = _match_prefixes(model, prefixes, "learner.freeze")
+    for name, p in model.named_parameters():
+        if name in frozen:
+            p.requires_grad_(False)
+    return len(frozen)
+
+
+def param_groups(
+    model: torch.nn.Module, base_lr: float, lr_by_prefix: dict[str, float]
+) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: trainable parameters at ``base_lr``, except those under
+    a prefix of ``lr_by_prefix``, which get that prefix's learning rate (the longest matching
+    prefix wins). A prefix that matches no trainable parameter raises, as in ``learner.freeze``.
+    """
+    prefix_of = _match_prefixes(model, lr_by_prefix, "learner.lr_groups", trainable_only=True)
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            lr = lr_by_prefix[prefix_of[name]] if name in prefix_of else base_lr
+            groups.setdefault(lr, []).append(p)
+    # the base group first: the learner reports param_groups[0]'s learning rate
+    order = sorted(groups, key=lambda lr: lr != base_lr)
+    return [{"params": groups[lr], "lr": lr} for lr in order]
