@@ -50,6 +50,16 @@ TINY_VLM_VISION: dict[str, Any] = dict(
     temporal_patch_size=2,
     image_size=112,
 )
+#: How the tiny VLM's vision tower starts out knowing where each patch is. HF initialises the
+#: learned position embedding like any weight (std 0.02), beside unit-RMS patch features: a
+#: tower trained from scratch for minutes never learns to use it, and the language model only
+#: sees columns through the 3-D RoPE's lowest frequencies, which barely turn over a few
+#: patches. The demo's SFT checkpoint then found a lone shape's row 92% of the time and its
+#: column 47%. ``"sincos"`` starts the table as a 2-D sine-cosine code (zero mean, unit RMS,
+#: the scale of the patch features): rows and columns both 100%, and after the demo's SFT
+#: grounding 31% -> 73%, GUI 18% -> 34%, all domains 56% -> 65% (math 73% -> 54%: see the
+#: README). ``"random"`` keeps HF's initialisation; pass it in ``model.tiny_overrides``.
+TINY_VLM_POS_EMBED = "sincos"
 #: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
 TINY_VLM_PIXELS = dict(min_pixels=28 * 28, max_pixels=224 * 224)
 
@@ -101,6 +111,9 @@ def build_tiny_vlm(
     tok = build_tokenizer()
     special = _special_ids(tok)
     ids = tok.convert_tokens_to_ids
+    pos_embed = overrides.pop("vision_pos_embed", TINY_VLM_POS_EMBED)
+    if pos_embed not in ("sincos", "random"):
+        raise ValueError(f"vision_pos_embed must be 'sincos' or 'random', got {pos_embed!r}")
     text_cfg = {**TINY_VLM_TEXT, **overrides.pop("text", {})}
     vision_cfg = {**TINY_VLM_VISION, **overrides.pop("vision", {})}
     vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
@@ -120,11 +133,39 @@ def build_tiny_vlm(
         **overrides,
     )
     torch.manual_seed(seed)
-    model = Glm4vForConditionalGeneration(cfg).to(getattr(torch, dtype))
+    model = Glm4vForConditionalGeneration(cfg)
+    if pos_embed == "sincos":
+        table = model.model.visual.embeddings.position_embedding.weight
+        with torch.no_grad():
+            table.copy_(sincos_2d(int(table.shape[0] ** 0.5), table.shape[1]))
+    model = model.to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(**special)
     model.save_pretrained(path)
     TinyGlm4vProcessor(tok, build_image_processor(vision_cfg)).save_pretrained(path)
     return path
+
+
+def sincos_2d(grid: int, dim: int, base: float = 10000.0):
+    """A ``grid*grid x dim`` position table in row-major patch order: sines and cosines of the
+    row in the first half of the dimensions, of the column in the second, each at ``dim // 4``
+    frequencies from 1 down to ``1 / base``; then centred over the positions (the frequencies
+    too low to turn over on this grid leave only a constant, which would shift every patch
+    alike) and scaled to unit RMS."""
+    import torch
+
+    if dim % 4:
+        raise ValueError(f"sincos_2d needs a dimension divisible by 4, got {dim}")
+    quarter = dim // 4
+    omega = base ** -(torch.arange(quarter, dtype=torch.float64) / quarter)
+    rows, cols = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+
+    def code(pos):
+        angle = pos.flatten()[:, None].double() * omega[None]
+        return torch.cat([angle.sin(), angle.cos()], dim=1)
+
+    table = torch.cat([code(rows), code(cols)], dim=1)
+    table = table - table.mean(0, keepdim=True)
+    return (table / table.pow(2).mean().sqrt()).float()
 
 
 def count_parameters(model) -> int:

@@ -76,6 +76,53 @@ def test_tiny_vlm_forward_and_generate_on_a_real_image(tiny_vlm, shapes_image):
         assert not torch.allclose(model(**blank).logits[0, -1], logits[0, -1])
 
 
+def test_sincos_2d_codes_every_row_and_column_apart():
+    from rlcs.models import sincos_2d
+
+    t = sincos_2d(8, 128)
+    assert t.shape == (64, 128)
+    assert torch.allclose(t.mean(0), torch.zeros(128), atol=1e-5)
+    assert abs(float(t.pow(2).mean().sqrt()) - 1.0) < 1e-4
+    # the row half moves with the row only, the column half with the column only
+    grid = t.view(8, 8, 128)
+    assert not torch.allclose(grid[0, :, :64], grid[5, :, :64])
+    assert torch.allclose(grid[:, 0, :64], grid[:, 7, :64])
+    assert torch.allclose(grid[0, :, 64:], grid[7, :, 64:])
+    # every patch has its own code, and neighbours are nearer than far patches
+    dist = torch.cdist(t, t)
+    assert float(dist[~torch.eye(64, dtype=torch.bool)].min()) > 0.1
+    assert float(dist[0, 1]) < float(dist[0, 7]) and float(dist[0, 8]) < float(dist[0, 56])
+    with pytest.raises(ValueError, match="divisible by 4"):
+        sincos_2d(8, 30)
+
+
+def test_tiny_vlm_vision_tower_tells_patch_positions_apart(tiny_vlm, tmp_path):
+    """Blank patches differ only by their position: with the sin-cos table the tower's outputs
+    for a white image differ from token to token; with HF's random init they barely do."""
+    from PIL import Image
+    from transformers import Glm4vForConditionalGeneration
+
+    from rlcs.models import build_tiny_vlm, sincos_2d
+    from rlcs.vlm_processor import TinyGlm4vProcessor
+
+    def spread(path):
+        model = Glm4vForConditionalGeneration.from_pretrained(path).eval()
+        proc = TinyGlm4vProcessor.from_pretrained(path)
+        enc = proc("<|image|>", [Image.new("RGB", (112, 112), "white")])
+        with torch.no_grad():
+            out = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+        f = out.pooler_output
+        return float((f - f.mean(0)).norm(dim=-1).mean() / f.norm(dim=-1).mean()), model
+
+    sincos, model = spread(tiny_vlm)
+    table = model.model.visual.embeddings.position_embedding.weight.detach()
+    assert torch.allclose(table, sincos_2d(8, table.shape[1]), atol=1e-6)
+    random, _ = spread(build_tiny_vlm(tmp_path / "random", vision_pos_embed="random"))
+    assert sincos > 0.4 and random < 0.1 and sincos > 5 * random, (sincos, random)
+    with pytest.raises(ValueError, match="vision_pos_embed"):
+        build_tiny_vlm(tmp_path / "bad", vision_pos_embed="learned")
+
+
 def test_processor_refuses_double_expansion(tiny_vlm, shapes_image):
     from rlcs.vlm_processor import TinyGlm4vProcessor
 
