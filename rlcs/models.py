@@ -57,8 +57,8 @@ TINY_VLM_VISION: dict[str, Any] = dict(
 #: patches. The demo's SFT checkpoint then found a lone shape's row 92% of the time and its
 #: column 47%. ``"sincos"`` starts the table as a 2-D sine-cosine code (zero mean, unit RMS,
 #: the scale of the patch features): rows and columns both 100%, and after the demo's SFT
-#: grounding 31% -> 73%, GUI 18% -> 34%, all domains 56% -> 65% (math 73% -> 54%: see the
-#: README). ``"random"`` keeps HF's initialisation; pass it in ``model.tiny_overrides``.
+#: (two runs) grounding 31% -> 73-80%, GUI 18% -> 31-34%, all domains 56% -> 65-67% (math
+#: 73% -> 54-59%: see the README). ``"random"`` keeps HF's initialisation; pass it in ``model.tiny_overrides``.
 TINY_VLM_POS_EMBED = "sincos"
 #: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
 TINY_VLM_PIXELS = dict(min_pixels=28 * 28, max_pixels=224 * 224)
@@ -148,7 +148,7 @@ def build_tiny_vlm(
 def sincos_2d(grid: int, dim: int, base: float = 10000.0):
     """A ``grid*grid x dim`` position table in row-major patch order: sines and cosines of the
     row in the first half of the dimensions, of the column in the second, each at ``dim // 4``
-    frequencies from 1 down to ``1 / base``; then centred over the positions (the frequencies
+    frequencies from 1 towards ``1 / base``; then centred over the positions (the frequencies
     too low to turn over on this grid leave only a constant, which would shift every patch
     alike) and scaled to unit RMS."""
     import torch
