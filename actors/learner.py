@@ -179,8 +179,9 @@ class Learner:
             if temp != 1.0 and raw_key:
                 series[raw_key] = token_logprobs(logits, targets)
             sel = b["doc_offset"] >= 0
-            idx_off = zip(b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist(), strict=True)
-            where = list(idx_off)
+            where = list(
+                zip(b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist(), strict=True)
+            )
             for name, lp in series.items():
                 for d in order:
                     d.extras[name] = [0.0] * len(d)

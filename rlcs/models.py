@@ -51,14 +51,12 @@ TINY_VLM_VISION: dict[str, Any] = dict(
     image_size=112,
 )
 #: How the tiny VLM's vision tower starts out knowing where each patch is. HF initialises the
-#: learned position embedding like any weight (std 0.02), beside unit-RMS patch features: a
-#: tower trained from scratch for minutes never learns to use it, and the language model only
-#: sees columns through the 3-D RoPE's lowest frequencies, which barely turn over a few
-#: patches. The demo's SFT checkpoint then found a lone shape's row 92% of the time and its
-#: column 47%. ``"sincos"`` starts the table as a 2-D sine-cosine code (zero mean, unit RMS,
-#: the scale of the patch features): rows and columns both 100%, and after the demo's SFT
-#: (two runs) grounding 31% -> 73-80%, GUI 18% -> 31-34%, all domains 56% -> 65-67% (math
-#: 73% -> 54-59%: see the README). ``"random"`` keeps HF's initialisation; pass it in ``model.tiny_overrides``.
+#: learned position table like any weight (std 0.02, beside unit-RMS patch features), and a
+#: tower trained from scratch for minutes never learns to use it; the language model's 3-D
+#: RoPE gives columns only its lowest frequencies. The demo's SFT model then found a lone
+#: shape's column 47% of the time. ``"sincos"`` starts the table as a 2-D sine-cosine code
+#: (``sincos_2d``): rows and columns both 100% (figures in the README, "Where each patch is").
+#: ``"random"`` keeps HF's initialisation; set it in ``model.tiny_overrides``.
 TINY_VLM_POS_EMBED = "sincos"
 #: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
 TINY_VLM_PIXELS = dict(min_pixels=28 * 28, max_pixels=224 * 224)
