@@ -1,0 +1,98 @@
+"""Learner step time against the packed row length (``data.seq_len``), on the demo's SFT data.
+
+The learner packs documents into rows of at most ``data.seq_len`` tokens and lets transformers
+derive a block-diagonal causal mask from the position ids. On CPU that attention is computed
+densely, so a row costs the square of its length whatever the documents in it: short
+documents in long rows pay for attention scores that the mask throws away. This script runs the
+same SFT steps (the tiny VLM of ``configs/tiny-vlm.yaml``, 16 of the demo's SFT examples a step)
+with one learner per row length, steps alternating between them so that all see the same CPU
+contention, and checks that every row length gives the same loss.
+
+    python benchmarks/packing_row_length.py [--steps 12] [--seq-lens 2048,512,256]
+
+Ends with ``RESULT step_s_<L>=… … speedup=…`` (speedup: the first row length's median step
+time over the fastest one's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sft_rows(data_dir: Path, per_domain: int) -> list[dict]:
+    from rlcs.data import decode_image
+    from rlcs.tasks import build_task_data
+
+    sizes = {"rl_train": 0, "heldout": 0, "pretrain": 0, "sft": per_domain}
+    files = build_task_data(data_dir, sizes=sizes, difficulty=(0.0, 0.3), progress=False)
+    rows = []
+    for line in files["sft"].read_text().splitlines():
+        row = json.loads(line)
+        row["images"] = [decode_image(ref, files["sft"].parent) for ref in row["images"]]
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per row length")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per row length first")
+    ap.add_argument("--seq-lens", default="2048,512,256", help="row lengths, the baseline first")
+    ap.add_argument("--batch", type=int, default=16, help="SFT examples per step (the demo's)")
+    args = ap.parse_args()
+    seq_lens = [int(x) for x in args.seq_lens.split(",")]
+
+    import torch
+
+    from actors.learner import Learner
+    from cluster.stage_data import resolve_model
+    from rlcs.config import load_config
+
+    tmp = Path(tempfile.mkdtemp(prefix="rlcs-packbench-"))
+    rows = sft_rows(tmp / "data", per_domain=max(1, (args.steps + args.warmup) * args.batch // 4))
+    base = load_config(ROOT / "configs" / "tiny-vlm.yaml", ["stage=sft", f"run.root={tmp}"])
+    model_path = resolve_model(base, tmp)
+    learners = {}
+    for L in seq_lens:
+        cfg = load_config(
+            ROOT / "configs" / "tiny-vlm.yaml",
+            ["stage=sft", f"data.seq_len={L}", "learner.lr=3.0e-4",
+             f"learner.global_batch={args.batch}", f"learner.micro_batch={args.batch}"],
+        )  # fmt: skip
+        learners[L] = Learner.local(cfg, model_path)
+    print(f"threads={torch.get_num_threads()} batch={args.batch} examples={len(rows)}")
+
+    wall: dict[int, list[float]] = {L: [] for L in seq_lens}
+    cpu: dict[int, list[float]] = {L: [] for L in seq_lens}
+    losses: dict[int, list[float]] = {L: [] for L in seq_lens}
+    for k in range(args.warmup + args.steps):
+        batch = rows[k * args.batch : (k + 1) * args.batch]
+        for L, learner in learners.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            stats = learner.train_step("sft", batch)
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+            if k >= args.warmup:
+                wall[L].append(w)
+                cpu[L].append(c)
+                losses[L].append(stats["loss"])
+    med = {L: statistics.median(v) for L, v in wall.items()}
+    for L in seq_lens:
+        drift = max(abs(a - b) for a, b in zip(losses[L], losses[seq_lens[0]], strict=True))
+        print(f"seq_len={L:5d} step_s median={med[L]:.3f} min={min(wall[L]):.3f} "
+              f"cpu_s median={statistics.median(cpu[L]):.3f} "
+              f"max |loss - loss(seq_len={seq_lens[0]})|={drift:.2e}")  # fmt: skip
+    speedup = med[seq_lens[0]] / min(med.values())
+    print("RESULT " + " ".join(f"step_s_{L}={med[L]:.3f}" for L in seq_lens) + f" speedup={speedup:.2f}")
+
+
+if __name__ == "__main__":
+    main()
