@@ -91,7 +91,11 @@ def main() -> None:
               f"cpu_s median={statistics.median(cpu[L]):.3f} "
               f"max |loss - loss(seq_len={seq_lens[0]})|={drift:.2e}")  # fmt: skip
     speedup = med[seq_lens[0]] / min(med.values())
-    print("RESULT " + " ".join(f"step_s_{L}={med[L]:.3f}" for L in seq_lens) + f" speedup={speedup:.2f}")
+    print(
+        "RESULT "
+        + " ".join(f"step_s_{L}={med[L]:.3f}" for L in seq_lens)
+        + f" speedup={speedup:.2f}"
+    )
 
 
 if __name__ == "__main__":
