@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         n=1,
         max_think_tokens=16,
         max_answer_tokens=8,
-        gpu_memory_utilization=0.05,
+        gpu_memory_utilization=0.1,  # on CPU a NUMA node's share, the worker's ~0.6 GiB included
         cpu_allocator=args.cpu_allocator,
     )
     extra = {"keep_buffers": not args.fresh_buffers} if args.transport == "shm" else {}

@@ -91,7 +91,12 @@ class RolloutConfig(Section):
     nothink: bool = False
     seed: int = 0
     gpu_memory_utilization: float = Field(
-        0.85, gt=0.0, le=1.0, description="On CPU: the share of RAM reserved for the KV cache."
+        0.85,
+        gt=0.0,
+        le=1.0,
+        description="vLLM's memory share. On CPU: the share of the NUMA node's memory for the "
+        "engine's worker process, its own memory (about 0.6 GiB for a small model) and then "
+        "the KV cache.",
     )
     tensor_parallel_size: int = Field(1, ge=1)
     sleep_between_iterations: bool = Field(False, description="vLLM sleep/wake when colocated.")

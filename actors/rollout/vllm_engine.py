@@ -96,6 +96,33 @@ def engine_kwargs(
     return kwargs
 
 
+def cpu_node_memory(node: int = 0) -> int:
+    """Bytes of memory on NUMA node ``node`` (the whole machine's where there is no such node):
+    what vLLM's CPU build takes ``gpu_memory_utilization`` a share of."""
+    path = Path(f"/sys/devices/system/node/node{node}/meminfo")
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] == "MemTotal:":
+                return int(parts[3]) * 1024
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def cpu_start_failure(utilization: float) -> str:
+    """Why a CPU engine most often fails to start, with this machine's figures: vLLM's error is
+    printed by its engine process and names neither the setting nor the budget."""
+    budget = utilization * cpu_node_memory() / 2**30
+    return (
+        f"vLLM's CPU engine did not start (its own log above has the cause). Most often it is "
+        f"rollout.gpu_memory_utilization={utilization}: on CPU, vLLM gives the engine's worker "
+        f"process that share of its NUMA node's memory, {budget:.2f} GiB here, and the worker "
+        f"itself takes about 0.6 GiB for a small model before the KV cache gets the rest. "
+        f"Raise it so that the share leaves room for the KV cache."
+    )
+
+
 class VLLMEngine:
     def __init__(
         self,
@@ -119,7 +146,12 @@ class VLLMEngine:
             max_model_len,
         )  # fmt: skip
         self.sleep_mode = kwargs["enable_sleep_mode"]
-        self.llm = LLM(**{**kwargs, **llm_kwargs})
+        try:
+            self.llm = LLM(**{**kwargs, **llm_kwargs})
+        except RuntimeError as e:
+            if torch.cuda.is_available():
+                raise
+            raise RuntimeError(cpu_start_failure(gpu_memory_utilization)) from e
         self.asleep = False
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:

@@ -36,8 +36,10 @@ def never_close_think(model, tokenizer) -> None:
 def worker(ray_local, tiny_text_model):
     from actors.rollout import RolloutWorker
 
+    # on CPU the share is of a NUMA node's memory and includes the worker's own ~0.6 GiB: 0.05
+    # of a 12 GiB node leaves the KV cache nothing
     cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
-               gpu_memory_utilization=0.05, seed=7)  # fmt: skip
+               gpu_memory_utilization=0.1, seed=7)  # fmt: skip
     w = RolloutWorker.remote(str(tiny_text_model), cfg)
     ray_local.get(w.ready.remote())
     yield w
@@ -154,3 +156,20 @@ def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
     items = [{"id": f"b{i}", "domain": "math", "prompt": "pad " * (20 + i)} for i in range(64)]
     trajs = ray_local.get(worker.generate.remote(items, n=4, step=3))
     assert len(trajs) == 256 and all(len(t.logprobs) == len(t.token_ids) > 0 for t in trajs)
+
+
+def test_a_cpu_share_too_small_for_the_engine_names_the_setting(ray_local, tiny_text_model):
+    """vLLM's own error sits in its engine process's log; the worker's error names the setting
+    and this machine's budget."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU engine's memory budget")
+    import ray
+
+    from actors.rollout import RolloutWorker
+
+    w = RolloutWorker.remote(str(tiny_text_model), dict(engine="vllm", gpu_memory_utilization=0.01))
+    with pytest.raises(ray.exceptions.RayActorError) as err:
+        ray_local.get(w.ready.remote())
+    text = str(err.value)
+    assert "rollout.gpu_memory_utilization=0.01" in text
+    assert "GiB here" in text
