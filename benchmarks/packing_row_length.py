@@ -28,20 +28,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def sft_rows(data_dir: Path, per_domain: int) -> list[dict]:
-    from rlcs.data import decode_image
-    from rlcs.tasks import build_task_data
-
-    sizes = {"rl_train": 0, "heldout": 0, "pretrain": 0, "sft": per_domain}
-    files = build_task_data(data_dir, sizes=sizes, difficulty=(0.0, 0.3), progress=False)
-    rows = []
-    for line in files["sft"].read_text().splitlines():
-        row = json.loads(line)
-        row["images"] = [decode_image(ref, files["sft"].parent) for ref in row["images"]]
-        rows.append(row)
-    return rows
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=12, help="timed steps per row length")
@@ -54,12 +40,16 @@ def main() -> None:
     import torch
 
     from actors.learner import Learner
-    from cluster.stage_data import resolve_model
+    from cluster.stage_data import load_stage_data, resolve_model, supervised_batch
     from rlcs.config import load_config
 
     tmp = Path(tempfile.mkdtemp(prefix="rlcs-packbench-"))
-    rows = sft_rows(tmp / "data", per_domain=max(1, (args.steps + args.warmup) * args.batch // 4))
-    base = load_config(ROOT / "configs" / "tiny-vlm.yaml", ["stage=sft", f"run.root={tmp}"])
+    per_domain = max(1, (args.steps + args.warmup) * args.batch // 4)
+    sizes = {"rl_train": 0, "heldout": 0, "pretrain": 0, "sft": per_domain}
+    # the demo's SFT data at the demo's difficulty, read and batched as the driver does
+    base = load_config(ROOT / "configs" / "tiny-vlm.yaml",
+                       ["stage=sft", f"run.root={tmp}", f"data.synthetic.sizes={json.dumps(sizes)}"])  # fmt: skip
+    rows = load_stage_data(base, tmp).rows
     model_path = resolve_model(base, tmp)
     learners = {}
     for L in seq_lens:
@@ -75,7 +65,7 @@ def main() -> None:
     cpu: dict[int, list[float]] = {L: [] for L in seq_lens}
     losses: dict[int, list[float]] = {L: [] for L in seq_lens}
     for k in range(args.warmup + args.steps):
-        batch = rows[k * args.batch : (k + 1) * args.batch]
+        batch = supervised_batch(rows, k, args.batch, seed=0)
         for L, learner in learners.items():
             w0, c0 = time.perf_counter(), time.process_time()
             stats = learner.train_step("sft", batch)

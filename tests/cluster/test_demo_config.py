@@ -8,42 +8,46 @@ fail here, not minutes into ``rlcs demo``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from actors.learner_batches import pretrain_documents, sft_documents
 from actors.learner_model import load_processors
 from cluster.demo import DEFAULT_CONFIG
+from cluster.stage_data import load_stage_data, supervised_batch
 from rlcs.config import load_config
 from rlcs.data import decode_image
-from rlcs.prompts import render_prompt
-from rlcs.tasks import build_task_data
-
-
-def _rows(path):
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    for row in rows:
-        row["images"] = [decode_image(ref, path.parent) for ref in row["images"]]
-    return rows
+from rlcs.prompts import force_answer_ids, render_prompt
 
 
 def test_demo_documents_fit_the_packed_rows(tiny_vlm, tmp_path):
-    cfg = load_config(DEFAULT_CONFIG)
-    syn = cfg.data.synthetic
-    seq_len = cfg.data.seq_len
+    hi = load_config(DEFAULT_CONFIG).data.synthetic.difficulty[1]
     # the hard end of the demo's range writes the longest captions (most shapes, most elements)
-    hardest = (syn.difficulty[1], syn.difficulty[1])
-    sizes = {"rl_train": 6, "heldout": 0, "sft": 6, "pretrain": 6}
-    files = build_task_data(tmp_path, sizes, tuple(syn.domains), difficulty=hardest, progress=False)
+    data = [f"run.root={tmp_path}", f"data.synthetic.difficulty={json.dumps([hi, hi])}",
+            'data.synthetic.sizes={"rl_train": 6, "heldout": 1, "sft": 6, "pretrain": 6}']  # fmt: skip
+    stage = {
+        s: load_config(DEFAULT_CONFIG, [f"stage={s}", *data]) for s in ("pretrain", "sft", "rl")
+    }
+    cfg = stage["rl"]
+    seq_len = cfg.data.seq_len
     tokenizer, processor = load_processors(tiny_vlm)
 
-    pre = pretrain_documents(_rows(files["pretrain"]), tokenizer, processor, seq_len)
-    sft = sft_documents(_rows(files["sft"]), tokenizer, processor, seq_len)
-    assert len(pre) == len(sft) == 6 * len(syn.domains)
+    def opened(s: str) -> list[dict]:  # the stage's rows as the driver hands them to the learner
+        rows = load_stage_data(stage[s], cfg.run_dir).rows
+        return supervised_batch(rows, 0, len(rows), seed=0)
 
-    budget = cfg.rollout.max_think_tokens + cfg.rollout.max_answer_tokens + 2  # + forced tags
+    pre = pretrain_documents(opened("pretrain"), tokenizer, processor, seq_len)
+    sft = sft_documents(opened("sft"), tokenizer, processor, seq_len)
+    domains = len(cfg.data.synthetic.domains)
+    assert len(pre) == len(sft) == 6 * domains
+
+    budget = cfg.rollout.max_think_tokens + cfg.rollout.max_answer_tokens
+    budget += len(force_answer_ids(tokenizer))  # a force-answered rollout gets both tags appended
+    items = load_stage_data(cfg, cfg.run_dir).items
+    assert len(items) == 6 * domains
     longest_rl = 0
-    for row in _rows(files["rl_train"]):
-        text = render_prompt(row, tokenizer)
-        prompt = processor(text, row["images"])["input_ids"][0]
+    for item in items:
+        images = [decode_image(ref, Path("/")) for ref in item.images]
+        prompt = processor(render_prompt(item, tokenizer), images)["input_ids"][0]
         longest_rl = max(longest_rl, len(prompt) + budget)
     longest = max(longest_rl, *(len(d) for d in pre + sft))
     assert longest <= seq_len, f"a demo document of {longest} tokens exceeds seq_len={seq_len}"
