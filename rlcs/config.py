@@ -96,7 +96,14 @@ class RolloutConfig(Section):
         le=1.0,
         description="vLLM's memory share. On CPU: the share of the NUMA node's memory for the "
         "engine's worker process, its own memory (about 0.6 GiB for a small model) and then "
-        "the KV cache.",
+        "the KV cache. Unused for the KV cache when kv_cache_gib is set.",
+    )
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0.0,
+        description="vLLM: the KV cache's size in GiB (vLLM's kv_cache_memory_bytes) instead of "
+        "what gpu_memory_utilization's share leaves. On CPU it does not depend on the NUMA "
+        "node's size or on the worker's own memory, so one value works on every machine.",
     )
     tensor_parallel_size: int = Field(1, ge=1)
     sleep_between_iterations: bool = Field(False, description="vLLM sleep/wake when colocated.")

@@ -71,6 +71,7 @@ def engine_kwargs(
     tensor_parallel_size: int = 1,
     sleep_mode: bool = False,
     max_model_len: int | None = None,
+    kv_cache_gib: float | None = None,
 ) -> dict[str, Any]:
     """``vllm.LLM`` arguments of a rollout engine (shared with the throughput benchmark)."""
     cuda = torch.cuda.is_available()
@@ -85,6 +86,8 @@ def engine_kwargs(
         enable_sleep_mode=sleep_mode and cuda,
         worker_extension_cls=EXTENSION,
     )
+    if kv_cache_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
     if not cuda:
         # vLLM CPU crashes ("CPU Generator does not use offset") when a request with its own
         # seed is in a partially prefilled chunk; whole prefills avoid it. That needs a token
@@ -110,16 +113,24 @@ def cpu_node_memory(node: int = 0) -> int:
     return psutil.virtual_memory().total
 
 
-def cpu_start_failure(utilization: float) -> str:
+def cpu_start_failure(utilization: float, kv_cache_gib: float | None = None) -> str:
     """Why a CPU engine most often fails to start, with this machine's figures: vLLM's error is
     printed by its engine process and names neither the setting nor the budget."""
-    budget = utilization * cpu_node_memory() / 2**30
+    node = cpu_node_memory() / 2**30
+    if kv_cache_gib is not None:
+        return (
+            f"vLLM's CPU engine did not start (its own log above has the cause). Most often it is "
+            f"rollout.kv_cache_gib={kv_cache_gib}: vLLM reserves that much for the KV cache on "
+            f"the engine's NUMA node, which has {node:.2f} GiB in all here, and refuses when "
+            f"less is free. Lower it; a tiny model needs well under 1 GiB."
+        )
+    budget = utilization * node
     return (
         f"vLLM's CPU engine did not start (its own log above has the cause). Most often it is "
         f"rollout.gpu_memory_utilization={utilization}: on CPU, vLLM gives the engine's worker "
         f"process that share of its NUMA node's memory, {budget:.2f} GiB here, and the worker "
         f"itself takes about 0.6 GiB for a small model before the KV cache gets the rest. "
-        f"Raise it so that the share leaves room for the KV cache."
+        f"Raise it so that the share leaves room for the KV cache, or set rollout.kv_cache_gib."
     )
 
 
@@ -134,6 +145,7 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
         sleep_mode: bool = False,
         max_model_len: int | None = None,
+        kv_cache_gib: float | None = None,
         cpu_allocator: str = "tcmalloc",
         **llm_kwargs: Any,
     ):
@@ -143,7 +155,7 @@ class VLLMEngine:
         self.stop_ids = list(stop_ids)
         kwargs = engine_kwargs(
             model_path, seed, dtype, gpu_memory_utilization, tensor_parallel_size, sleep_mode,
-            max_model_len,
+            max_model_len, kv_cache_gib,
         )  # fmt: skip
         self.sleep_mode = kwargs["enable_sleep_mode"]
         try:
@@ -151,7 +163,7 @@ class VLLMEngine:
         except RuntimeError as e:
             if torch.cuda.is_available():
                 raise
-            raise RuntimeError(cpu_start_failure(gpu_memory_utilization)) from e
+            raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib)) from e
         self.asleep = False
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:

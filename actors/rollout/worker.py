@@ -70,6 +70,7 @@ class RolloutWorkerImpl:
                 self.model_path,
                 seed=self.cfg.seed,
                 gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+                kv_cache_gib=self.cfg.kv_cache_gib,
                 tensor_parallel_size=self.cfg.tensor_parallel_size,
                 sleep_mode=self.cfg.sleep_between_iterations,
                 cpu_allocator=self.cfg.cpu_allocator,

@@ -36,10 +36,11 @@ def never_close_think(model, tokenizer) -> None:
 def worker(ray_local, tiny_text_model):
     from actors.rollout import RolloutWorker
 
-    # on CPU the share is of a NUMA node's memory and includes the worker's own ~0.6 GiB: 0.05
-    # of a 12 GiB node leaves the KV cache nothing
+    # an explicit KV cache: on CPU a share of gpu_memory_utilization is of a NUMA node's memory
+    # and includes the worker's own ~0.6 GiB, so the same share can leave nothing on a VM with
+    # a smaller node (test_a_cpu_share_too_small_for_the_engine_names_the_setting)
     cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
-               gpu_memory_utilization=0.1, seed=7)  # fmt: skip
+               kv_cache_gib=0.25, seed=7)  # fmt: skip
     w = RolloutWorker.remote(str(tiny_text_model), cfg)
     ray_local.get(w.ready.remote())
     yield w
@@ -173,3 +174,18 @@ def test_a_cpu_share_too_small_for_the_engine_names_the_setting(ray_local, tiny_
     text = str(err.value)
     assert "rollout.gpu_memory_utilization=0.01" in text
     assert "GiB here" in text
+
+
+def test_a_kv_cache_larger_than_the_node_names_the_setting(ray_local, tiny_text_model):
+    if torch.cuda.is_available():
+        pytest.skip("the CPU engine's memory budget")
+    import ray
+
+    from actors.rollout import RolloutWorker
+
+    w = RolloutWorker.remote(str(tiny_text_model), dict(engine="vllm", kv_cache_gib=4096))
+    with pytest.raises(ray.exceptions.RayActorError) as err:
+        ray_local.get(w.ready.remote())
+    text = str(err.value)
+    assert "rollout.kv_cache_gib=4096" in text
+    assert "GiB in all here" in text
