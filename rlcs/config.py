@@ -66,7 +66,12 @@ class DataConfig(Section):
     domain_weights: dict[str, float] = Field(
         default_factory=dict, description="Fixed domain proportions; empty means by item count."
     )
-    seq_len: int = Field(8192, gt=0, description="Packed length for pretraining.")
+    seq_len: int = Field(
+        8192,
+        gt=0,
+        description="Tokens in one packed row of the learner's batches, in every stage; a "
+        "pretraining text longer than this is cut, any other document this long is an error.",
+    )
     max_prompt_tokens: int = Field(2048, gt=0)
     pack: bool = True
     rewrite_multiple_choice: bool = True
