@@ -38,7 +38,7 @@ def worker(ray_local, tiny_text_model):
 
     # an explicit KV cache: on CPU a share of gpu_memory_utilization is of a NUMA node's memory
     # and includes the worker's own ~0.6 GiB, so the same share can leave nothing on a VM with
-    # a smaller node (test_a_cpu_share_too_small_for_the_engine_names_the_setting)
+    # a smaller node (test_a_cpu_memory_setting_the_engine_cannot_start_with_is_named)
     cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
                kv_cache_gib=0.25, seed=7)  # fmt: skip
     w = RolloutWorker.remote(str(tiny_text_model), cfg)
@@ -159,33 +159,28 @@ def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
     assert len(trajs) == 256 and all(len(t.logprobs) == len(t.token_ids) > 0 for t in trajs)
 
 
-def test_a_cpu_share_too_small_for_the_engine_names_the_setting(ray_local, tiny_text_model):
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        # a share that leaves the KV cache nothing
+        (dict(gpu_memory_utilization=0.01), ["rollout.gpu_memory_utilization=0.01", "GiB here"]),
+        # an explicit KV cache larger than the node
+        (dict(kv_cache_gib=4096), ["rollout.kv_cache_gib=4096", "GiB in all here"]),
+    ],
+)
+def test_a_cpu_memory_setting_the_engine_cannot_start_with_is_named(
+    ray_local, tiny_text_model, setting, expected
+):
     """vLLM's own error sits in its engine process's log; the worker's error names the setting
-    and this machine's budget."""
+    and this machine's memory."""
     if torch.cuda.is_available():
         pytest.skip("the CPU engine's memory budget")
     import ray
 
     from actors.rollout import RolloutWorker
 
-    w = RolloutWorker.remote(str(tiny_text_model), dict(engine="vllm", gpu_memory_utilization=0.01))
+    w = RolloutWorker.remote(str(tiny_text_model), dict(engine="vllm", **setting))
     with pytest.raises(ray.exceptions.RayActorError) as err:
         ray_local.get(w.ready.remote())
-    text = str(err.value)
-    assert "rollout.gpu_memory_utilization=0.01" in text
-    assert "GiB here" in text
-
-
-def test_a_kv_cache_larger_than_the_node_names_the_setting(ray_local, tiny_text_model):
-    if torch.cuda.is_available():
-        pytest.skip("the CPU engine's memory budget")
-    import ray
-
-    from actors.rollout import RolloutWorker
-
-    w = RolloutWorker.remote(str(tiny_text_model), dict(engine="vllm", kv_cache_gib=4096))
-    with pytest.raises(ray.exceptions.RayActorError) as err:
-        ray_local.get(w.ready.remote())
-    text = str(err.value)
-    assert "rollout.kv_cache_gib=4096" in text
-    assert "GiB in all here" in text
+    for text in expected:
+        assert text in str(err.value)
