@@ -36,7 +36,7 @@ SFT = ["stage=sft", "learner.steps=300", "learner.lr=3.0e-4", VISION_LR,
        "learner.warmup_steps=10", "cluster.learner_cpus_per_rank=2"]  # fmt: skip
 #: The RL stage runs configs/tiny-vlm.yaml as it is, plus a held-out evaluation every few
 #: iterations so the report and the dashboard show the held-out pass rate as RL goes.
-RL = ["run.eval_every=10"]
+RL = ["run.eval_every=6"]
 
 
 def build_data(cfg: Config, root: Path) -> dict[str, Path]:
