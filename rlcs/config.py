@@ -70,7 +70,7 @@ class DataConfig(Section):
         8192,
         gt=0,
         description="Tokens in one packed row of the learner's batches, in every stage; a "
-        "pretraining text longer than this is cut, any other document this long is an error.",
+        "pretraining text longer than this is cut; any other document longer than this is an error.",
     )
     max_prompt_tokens: int = Field(2048, gt=0)
     pack: bool = True
