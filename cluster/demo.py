@@ -3,7 +3,7 @@
 From ``configs/tiny-vlm.yaml``: build the tiny GLM-4.1V-architecture model and the synthetic
 four-domain data, pretrain on captions, SFT on think/answer examples, evaluate on the held-out
 split, run RL with curriculum sampling on the reward pool and sampler (the dashboard serves the
-live run), evaluate again, and write ``report.md``. It ends with a table of per-domain pass
+live run), evaluate again, and write ``report.md`` (results, stage times, plots). It ends with a table of per-domain pass
 rates after SFT and after RL, and a ``RESULT`` line.
 """
 
@@ -137,14 +137,84 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
         "before": before,
         "after": after,
         "stage_wall_s": walls,
+        "rl_reward": rl_rewards,
+        "heldout_items": len(heldout),
     }
     (root / "demo.json").write_text(json.dumps(summary, indent=2))
-    print(
-        f"RESULT sft_pass_rate={summary['sft_pass_rate']:.4f} rl_pass_rate={summary['rl_pass_rate']:.4f} "
-        f"gain_points={summary['gain_points']:.2f} min_domain_rl_reward={summary['min_domain_rl_reward']:.4f} "
-        f"wall_s={wall:.1f}"
-    )
+    report = write_demo_report(root, summary)
+    console.print(f"report: {report}")
+    print(result_line(summary))
     return summary
+
+
+def write_demo_report(root: Path, summary: dict) -> Path:
+    """``root/report.md``: the result table, the stages' wall times, the held-out pass rate from
+    the SFT checkpoint (iteration 0) through RL's live evaluations, and the reward per domain,
+    with links to each stage's own report."""
+    from rlcs.report import line_plot
+    from rlcs.runlog import read_metrics
+
+    before, after, rewards = summary["before"], summary["after"], summary["rl_reward"]
+    records = read_metrics(root / "rl")
+    plot_dir = root / "report"
+    plot_dir.mkdir(exist_ok=True)
+    domains = [*sorted(k for k in before if k != "all"), "all"]
+    lines = [
+        "# rlcs demo",
+        "",
+        "```",
+        result_line(summary),
+        "```",
+        "",
+        f"Held-out pass rate on {summary['heldout_items']} items (greedy):",
+        "",
+        "| domain | after SFT | after RL | change (points) | mean RL reward |",
+        "|---|---|---|---|---|",
+    ]
+    for d in domains:
+        a, b = before[d]["pass_rate"], after[d]["pass_rate"]
+        r = f"{rewards[d]:.3f}" if d in rewards else ""
+        lines.append(f"| {d} | {a:.1%} | {b:.1%} | {100 * (b - a):+.1f} | {r} |")
+    lines += ["", "| stage | wall time (s) |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]
+    lines += [f"| total | {summary['wall_s']:.0f} |", ""]
+
+    # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
+    evals = [r for r in records if "eval/pass_rate/all" in r]
+    heldout = {}
+    for d in domains:
+        pts = [(0, before[d]["pass_rate"])]
+        pts += [(r["step"], r[f"eval/pass_rate/{d}"]) for r in evals if f"eval/pass_rate/{d}" in r]
+        heldout[d] = ([x for x, _ in pts], [y for _, y in pts])
+    line_plot(plot_dir / "held-out_pass_rate.png", "Held-out pass rate (greedy)", heldout,
+              xlabel="RL iteration (0: the SFT checkpoint)")  # fmt: skip
+    lines += ["![held-out pass rate](report/held-out_pass_rate.png)", "",
+              "Iteration 0 is the SFT checkpoint; the later points are RL's live evaluations, "
+              "every `run.eval_every` iterations. The table's *after RL* evaluates the exported "
+              "checkpoint again.", ""]  # fmt: skip
+    reward = {}
+    for d in domains[:-1]:
+        pts = [(r["step"], r[f"reward/{d}"]) for r in records if f"reward/{d}" in r]
+        if pts:
+            reward[d] = ([x for x, _ in pts], [y for _, y in pts])
+    if reward:
+        line_plot(plot_dir / "reward.png", "RL reward per domain (sampled rollouts)", reward,
+                  xlabel="RL iteration")  # fmt: skip
+        lines += ["![reward per domain](report/reward.png)", ""]
+    lines += ["Each stage's own report: " + ", ".join(
+        f"[{s}]({s}/report.md)" for s in ("pretrain", "sft", "rl") if (root / s / "report.md").exists()
+    ), ""]  # fmt: skip
+    out = root / "report.md"
+    out.write_text("\n".join(lines))
+    return out
+
+
+def result_line(summary: dict) -> str:
+    return (
+        f"RESULT sft_pass_rate={summary['sft_pass_rate']:.4f} "
+        f"rl_pass_rate={summary['rl_pass_rate']:.4f} gain_points={summary['gain_points']:.2f} "
+        f"min_domain_rl_reward={summary['min_domain_rl_reward']:.4f} wall_s={summary['wall_s']:.1f}"
+    )
 
 
 def _domain_rewards(run_dir: Path) -> dict[str, float]:

@@ -33,13 +33,29 @@ def _series(
     return out
 
 
-def write_report(run_dir: str | Path, title: str | None = None) -> Path:
-    """Plot the run's metrics into ``RUN_DIR/report/`` and write ``RUN_DIR/report.md``."""
+def line_plot(
+    path: Path, title: str, series: dict[str, tuple[list, list]], xlabel: str = "step"
+) -> None:
+    """One PNG panel: a line (with markers when short) per named series."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    for name, (xs, ys) in series.items():
+        ax.plot(xs, ys, label=name, marker="." if len(xs) < 30 else None)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(run_dir: str | Path, title: str | None = None) -> Path:
+    """Plot the run's metrics into ``RUN_DIR/report/`` and write ``RUN_DIR/report.md``."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir)
     plot_dir = run_dir / "report"
@@ -55,17 +71,8 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
             series = _series(rows, prefixes)
             if not series:
                 continue
-            fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
-            for name, (xs, ys) in series.items():
-                ax.plot(xs, ys, label=name, marker="." if len(xs) < 30 else None)
-            ax.set_xlabel("step")
-            ax.set_title(panel)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="best")
-            fig.tight_layout()
             fname = f"{stage}-{panel.split(' (')[0].lower().replace(' ', '_')}.png"
-            fig.savefig(plot_dir / fname)
-            plt.close(fig)
+            line_plot(plot_dir / fname, panel, series)
             lines += [f"![{panel}](report/{fname})", ""]
         last = rows[-1]
         lines += ["| metric | last value |", "|---|---|"]
