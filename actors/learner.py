@@ -211,8 +211,8 @@ class Learner:
             while len(runs) < n_micro:
                 runs.append((filler, 0.0))
             for rows, scale in runs:
-                if rows is None:
-                    b = collate([[Document([self.pad_id] * 2, [0.0, 0.0])]], self.pad_id)
+                if rows is None:  # nothing of this mini-batch on this rank
+                    b = collate([[self._filler(step.objective)]], self.pad_id)
                 else:
                     b, _ = self._collate(step.docs, rows)
                 loss, info = self._micro_loss(b, step.objective, grpo)
@@ -230,7 +230,14 @@ class Learner:
             stats["grad_norm"] = float(norm) if norm is not None else float("nan")
         stats["step_s"] = time.perf_counter() - t0
         stats["optimizer_steps"] = float(len(step.minis))
+        stats.update({k: float(v) for k, v in step.info.items()})
         return stats
+
+    def _filler(self, objective: str) -> Document:
+        """A two-token document of weight 0, for a micro-batch a rank must run without work."""
+        zeros = [0.0, 0.0]
+        extras = {"advantages": zeros, "rollout_logprobs": zeros} if objective == "policy" else {}
+        return Document([self.pad_id] * 2, zeros, extras=extras)
 
     def _micro_loss(
         self, b: dict[str, Any], objective: str, grpo: Any

@@ -147,33 +147,47 @@ def _get(t: Any, key: str, default: Any = None) -> Any:
 
 
 def rl_documents(
-    trajectories: list[Any], config: Config, processor: Any
-) -> tuple[list[Document], list[int]]:
-    """GRPO documents with per-token advantages; returns them and each one's mini-batch."""
+    trajectories: list[Any], config: Config, processor: Any, skip_zero_advantage: bool = True
+) -> tuple[list[Document], list[int], int]:
+    """GRPO documents with per-token advantages; returns them, each one's mini-batch, and the
+    number of mini-batches.
+
+    A sample whose advantage is 0 (every sample of a group whose rewards are all equal) adds
+    nothing to the gradient when the objective has no KL or entropy term: unless
+    ``skip_zero_advantage`` or ``learner.grpo.skip_zero_advantage`` is off, it is left out,
+    images unencoded and no forward pass run, while the loss normaliser still counts it, so the
+    update is the one the whole batch gives.
+    """
     grpo = config.learner.grpo
     rewards = [float(_get(t, "reward")) for t in trajectories]
     groups = [_get(t, "item_id") for t in trajectories]
     adv = group_advantages(rewards, groups, std_normalize=grpo.std_normalize).tolist()
+    skip = skip_zero_advantage and grpo.skip_zero_advantage
+    skip = skip and grpo.kl_coef == 0.0 and grpo.entropy_coef == 0.0
     order = list(range(len(trajectories)))
     random.Random(config.run.seed + len(trajectories)).shuffle(order)
     n_mini = min(grpo.mini_batches, len(trajectories))
     mini_of = [0] * len(trajectories)
     for k, i in enumerate(order):
         mini_of[i] = k * n_mini // len(trajectories)
-    docs = []
-    for t, a in zip(trajectories, adv, strict=True):
+    docs, kept, trained = [], [], []
+    for i, (t, a) in enumerate(zip(trajectories, adv, strict=True)):
         prompt = list(_get(t, "prompt_token_ids"))
         resp = list(_get(t, "token_ids"))
         if not resp:
             raise ValueError(f"trajectory of item {_get(t, 'item_id')!r} has no response tokens")
-        ids = prompt + resp
         rollout_lp = list(_get(t, "logprobs", None) or [])
         if len(rollout_lp) != len(resp):
             rollout_lp = [0.0] * len(resp)  # unknown: no mismatch figure for this one
         # The forced "</think><answer>" tokens of a force-answered rollout were appended, not
         # sampled (the engines report logprob 0.0 for them): the policy is not trained on them.
         forced = bool(_get(t, "forced_answer", False))
-        mask = [0.0] * len(prompt) + [0.0 if forced and lp == 0.0 else 1.0 for lp in rollout_lp]
+        resp_mask = [0.0 if forced and lp == 0.0 else 1.0 for lp in rollout_lp]
+        trained.append(int(sum(resp_mask)))
+        if skip and a == 0.0:
+            continue
+        ids = prompt + resp
+        mask = [0.0] * len(prompt) + resp_mask
         images = _pil_images(_get(t, "images"))
         img = encode_images(processor, ids, images) if images else None
         extras = {
@@ -181,13 +195,16 @@ def rl_documents(
             "rollout_logprobs": [0.0] * len(prompt) + rollout_lp,
         }
         docs.append(Document(ids, mask, extras=extras, images=img))
+        kept.append(i)
     for m in range(n_mini):
-        members = [i for i in range(len(docs)) if mini_of[i] == m]
-        lengths = [int(sum(docs[i].weights)) for i in members]
-        w = token_weights(lengths, grpo.loss_agg)
-        for i, wi in zip(members, w, strict=True):
-            docs[i].weights = [wi * x for x in docs[i].weights]
-    return docs, mini_of
+        members = [i for i in range(len(trajectories)) if mini_of[i] == m]
+        w = dict(
+            zip(members, token_weights([trained[i] for i in members], grpo.loss_agg), strict=True)
+        )
+        for d, i in zip(docs, kept, strict=True):
+            if mini_of[i] == m:
+                d.weights = [w[i] * x for x in d.weights]
+    return docs, [mini_of[i] for i in kept], n_mini
 
 
 def split_step(
@@ -196,12 +213,17 @@ def split_step(
     config: Config,
     objective: str,
     micro_batch: int | None = None,
+    num_mini: int | None = None,
 ) -> list[RankStep]:
-    """Balance each mini-batch over ranks by tokens and pack it into micro-batches."""
+    """Balance each mini-batch over ranks by tokens and pack it into micro-batches.
+
+    ``num_mini`` (default: as many as ``mini_of`` names) optimizer steps are taken even when
+    some have no documents: every rank then runs one zero-weight micro-batch for each.
+    """
     lc = config.learner
     ranks = lc.num_ranks
     mb = micro_batch or lc.micro_batch
-    n_mini = max(mini_of) + 1 if mini_of else 0
+    n_mini = num_mini if num_mini is not None else (max(mini_of) + 1 if mini_of else 0)
     local: list[list[int]] = [[] for _ in range(ranks)]
     minis: list[list[list[list[list[int]]]]] = [[] for _ in range(ranks)]
     num_micro = []
@@ -210,7 +232,7 @@ def split_step(
         plan = plan_step(
             [len(docs[i]) for i in members], ranks, config.data.seq_len, mb, config.data.pack
         )
-        num_micro.append(plan.num_micro)
+        num_micro.append(max(1, plan.num_micro))
         for r, micro in enumerate(plan.ranks):
             base = len(local[r])
             flat = [members[i] for mbatch in micro for row in mbatch for i in row]
@@ -239,8 +261,10 @@ def prepare_step(
     elif stage == "sft":
         docs = sft_documents(batch, tokenizer, processor, seq_len)
     elif stage == "rl":
-        docs, mini_of = rl_documents(batch, config, processor)
-        return split_step(docs, mini_of, config, "policy", micro_batch)
+        docs, mini_of, n_mini = rl_documents(batch, config, processor)
+        steps = split_step(docs, mini_of, config, "policy", micro_batch, num_mini=n_mini)
+        steps[0].info["zero_advantage_samples"] = len(batch) - len(docs)
+        return steps
     else:
         raise ValueError(f"unknown stage {stage!r} (pretrain, sft, rl)")
     if not docs:

@@ -157,7 +157,7 @@ def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[s
         m[f"curriculum/tier/{tier}"] = float(count)
     for tier, rate in stats["tier_pass_rate"].items():
         m[f"pass_rate/tier/{tier}"] = rate
-    for key in ("loss", "tokens", "clipped", "grad_norm", "lr"):
+    for key in ("loss", "tokens", "clipped", "grad_norm", "lr", "zero_advantage_samples"):
         if isinstance(learn.get(key), (int, float)):
             m[key] = float(learn[key])
     if learn.get("logprob_mismatch_tokens"):

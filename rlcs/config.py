@@ -206,6 +206,13 @@ class GRPOConfig(Section):
     kl_coef: float = Field(0.0, ge=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration.")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Leave samples of advantage 0 (every sample of a group whose rewards are "
+        "equal) out of the learner's passes when no KL or entropy term is on: they add nothing "
+        "to the gradient, and the loss is still normalised over the whole batch. Their "
+        "learner-vs-engine logprob comparison (logprob_mismatch) is then not made.",
+    )
     tempered_logprobs: bool = Field(
         True,
         description="Policy logprobs from the logits over rollout.temperature: the distribution "

@@ -40,6 +40,11 @@ def group_advantages(
     if std_normalize:
         var = torch.zeros(n, dtype=torch.float64).index_add_(0, gid, adv**2) / count
         adv = adv / (var.sqrt()[gid] + eps)
+    # exactly 0 for a group of equal rewards, not the rounding error of its mean (eight
+    # rewards of 0.1 leave 1.4e-17 each): the learner skips samples of advantage 0
+    lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, gid, r, "amin")
+    hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, gid, r, "amax")
+    adv = torch.where((lo == hi)[gid], 0.0, adv)
     return adv.to(torch.float32)
 
 

@@ -274,6 +274,54 @@ def test_grad_accumulation_equals_full_batch(vlm_learner, tmp_path, stage):
     assert _rel(g_split, g_whole) < 1e-5
 
 
+def test_zero_advantage_samples_are_left_out_with_the_same_gradient(vlm_learner, tmp_path):
+    """A group of equal rewards adds nothing to the gradient: the learner leaves its samples
+    out (no images encoded, no forward pass) and still normalises over the whole batch."""
+    from actors.learner_batches import prepare_step, rl_documents, split_step
+
+    batch = rl_batch(vlm_learner)
+    batch += [dict(t, item_id="same", reward=1.0) for t in batch[:4]]  # an image group, all right
+    cfg = vlm_learner.config
+    docs, mini_of, n = rl_documents(batch, cfg, vlm_learner.processor, skip_zero_advantage=False)
+    full = split_step(docs, mini_of, cfg, "policy", num_mini=n)[0]
+    lean = prepare_step("rl", batch, cfg, vlm_learner.tokenizer, vlm_learner.processor)[0]
+    assert (len(full.docs), len(lean.docs)) == (12, 8)
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    try:
+        vlm_learner.record_optimizer_grads()
+        a = vlm_learner.run_step(full)
+        g_full = vlm_learner.recorded_grads()
+        vlm_learner.load_checkpoint(tmp_path, "start")
+        vlm_learner.record_optimizer_grads()
+        b = vlm_learner.run_step(lean)
+        g_lean = vlm_learner.recorded_grads()
+    finally:
+        vlm_learner.load_checkpoint(tmp_path, "start")
+    assert b["zero_advantage_samples"] == 4 and "zero_advantage_samples" not in a
+    assert b["tokens"] == a["tokens"] - sum(len(t["token_ids"]) for t in batch[8:])
+    assert g_full.norm() > 0 and _rel(g_lean, g_full) < 1e-6
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_a_batch_without_signal_still_takes_its_optimizer_steps(
+    vlm_learner, tmp_path, mini_batches
+):
+    """Every group right: nothing to run, yet the call takes its steps (as the ranks of a
+    group must, together) with a zero gradient."""
+    cfg = vlm_learner.config
+    batch = [dict(t, reward=1.0) for t in rl_batch(vlm_learner)]
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    cfg.learner.grpo.mini_batches = mini_batches
+    try:
+        stats = vlm_learner.train_step("rl", batch)
+    finally:
+        cfg.learner.grpo.mini_batches = 1
+        vlm_learner.load_checkpoint(tmp_path, "start")
+    assert stats["optimizer_steps"] == mini_batches
+    assert stats["zero_advantage_samples"] == len(batch)
+    assert stats["tokens"] == 0 and stats["loss"] == 0 and stats["grad_norm"] == 0
+
+
 class CollectingTransport:
     """Stands in for ``actors.weights`` transports: keeps what it is pushed."""
 

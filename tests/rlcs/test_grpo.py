@@ -32,6 +32,14 @@ def test_group_advantages_without_std_is_centred_reward():
     assert adv.tolist() == pytest.approx([0.5, -0.5, -0.25, 0.25])
 
 
+def test_a_group_of_equal_rewards_gets_exactly_zero():
+    """Not the rounding error of the group mean: the learner skips samples of advantage 0."""
+    for std_normalize in (True, False):
+        adv = group_advantages([0.1] * 8 + [0.7] * 16 + [1, 0], ["a"] * 8 + ["b"] * 16 + ["c"] * 2,
+                               std_normalize=std_normalize)  # fmt: skip
+        assert adv[:24].eq(0).all() and adv[24] > 0 > adv[25]
+
+
 def test_group_advantages_rejects_mismatched_labels():
     with pytest.raises(ValueError, match="3 rewards but 2 group labels"):
         group_advantages([1, 0, 1], ["a", "b"])
