@@ -97,18 +97,27 @@ def test_two_ranks_equal_one_rank_with_twice_the_micro_batch(ray_local, tiny_tex
     for name, ranks, micro in (("one", 1, 2), ("two", 2, 1)):
         group = LearnerGroup(_config(tiny_text_model, ranks=ranks, micro=micro), tiny_text_model)
         try:
+            rl = rl_batch(group.tokenizer)
+            # group "p" all right: its samples (advantage 0) are left out of the passes
+            one_flat = [dict(t, reward=1.0) if t["item_id"] == "p" else t for t in rl]
             out = []
-            for stage, batch in (("pretrain", text_batch(0)), ("rl", rl_batch(group.tokenizer))):
+            for stage, batch in (("pretrain", text_batch(0)), ("rl", rl), ("rl", one_flat)):
                 group.call("record_optimizer_grads")
                 stats = group.train_step(stage, batch)
                 out.append((stats, _grads(group)))
+            # no signal at all: every rank runs a zero-weight micro-batch and steps
+            results[name + "-flat"] = group.train_step("rl", [dict(t, reward=0.0) for t in rl])
             results[name] = out
         finally:
             group.shutdown()
+    assert results["one"][2][0]["zero_advantage_samples"] == 4
     for (s1, g1), (s2, g2) in zip(results["one"], results["two"], strict=True):
         assert s2["loss"] == pytest.approx(s1["loss"], rel=1e-5, abs=1e-7)
         assert s2["grad_norm"] == pytest.approx(s1["grad_norm"], rel=1e-5)
         assert _close(g2, g1) < 1e-5
+    for name in ("one", "two"):
+        flat = results[name + "-flat"]
+        assert flat["optimizer_steps"] == 1 and flat["tokens"] == 0 and flat["grad_norm"] == 0
     # the second rank really did work: tokens were balanced across both ranks
     pre_two = results["two"][0][0]["rank_tokens"]
     assert min(pre_two) > 0 and max(pre_two) - min(pre_two) <= 12
