@@ -3,8 +3,8 @@
 From ``configs/tiny-vlm.yaml``: build the tiny GLM-4.1V-architecture model and the synthetic
 four-domain data, pretrain on captions, SFT on think/answer examples, evaluate on the held-out
 split, run RL with curriculum sampling on the reward pool and sampler (the dashboard serves the
-live run), evaluate again, and write ``report.md`` (results, stage times, plots). It ends with a table of per-domain pass
-rates after SFT and after RL, and a ``RESULT`` line.
+live run), evaluate again, and write ``report.md`` (results, stage times, plots). It ends with
+a table of per-domain pass rates after SFT and after RL, and a ``RESULT`` line.
 """
 
 from __future__ import annotations
