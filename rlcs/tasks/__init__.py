@@ -33,20 +33,31 @@ TEXT_DOMAINS = ("math", "ocr")
 __all__ = ["GENERATORS", "Example", "TaskGenerator", "build_task_data", "generate"]
 
 
-def generate(domain: str, n: int, seed: int, difficulty: tuple[float, float] = (0.0, 1.0)):
-    """Yield ``n`` examples of one domain; the same seed gives the same examples."""
+def generate(
+    domain: str,
+    n: int,
+    seed: int,
+    difficulty: tuple[float, float] = (0.0, 1.0),
+    generator: TaskGenerator | None = None,
+):
+    """Yield ``n`` examples of one domain; the same seed gives the same examples.
+
+    ``generator``: an open generator of that domain to draw with (the caller closes it; the GUI
+    one keeps its browser between calls); by default one is made and closed here.
+    """
     if domain not in GENERATORS:
         raise ValueError(f"unknown task domain {domain!r}; known: {', '.join(GENERATORS)}")
     lo, hi = difficulty
     if not 0.0 <= lo <= hi <= 1.0:
         raise ValueError(f"difficulty range must satisfy 0 <= lo <= hi <= 1, got {difficulty}")
     rng = random.Random(f"{domain}:{seed}")
-    gen = GENERATORS[domain]()
+    gen = generator if generator is not None else GENERATORS[domain]()
     try:
         for _ in range(n):
             yield gen.sample(rng, rng.uniform(lo, hi))
     finally:
-        gen.close()
+        if generator is None:
+            gen.close()
 
 
 def build_task_data(
@@ -76,20 +87,23 @@ def build_task_data(
     bar = tqdm(total=total, desc="synthetic tasks", unit="ex", disable=not progress)
     try:
         for domain in domains:
-            for k, split in enumerate(SPLITS):
-                examples = generate(
-                    domain, sizes[split], seed=seed * 1000 + k, difficulty=difficulty
-                )
-                for i, ex in enumerate(examples):
-                    item_id = f"{domain}-{split}-{i:05d}"
-                    if text_only:
-                        row = _text_row(split, item_id, ex)
-                    else:
-                        rel = f"images/{item_id}.png"
-                        ex.image.save(out / rel)
-                        row = _row(split, item_id, rel, ex)
-                    files[split].write(json.dumps(row, ensure_ascii=False) + "\n")
-                    bar.update()
+            gen = GENERATORS[domain]()  # one per domain: the GUI one's browser serves every split
+            try:
+                for k, split in enumerate(SPLITS):
+                    examples = generate(domain, sizes[split], seed=seed * 1000 + k,
+                                        difficulty=difficulty, generator=gen)  # fmt: skip
+                    for i, ex in enumerate(examples):
+                        item_id = f"{domain}-{split}-{i:05d}"
+                        if text_only:
+                            row = _text_row(split, item_id, ex)
+                        else:
+                            rel = f"images/{item_id}.png"
+                            ex.image.save(out / rel)
+                            row = _row(split, item_id, rel, ex)
+                        files[split].write(json.dumps(row, ensure_ascii=False) + "\n")
+                        bar.update()
+            finally:
+                gen.close()
     finally:
         bar.close()
         for f in files.values():

@@ -25,6 +25,13 @@ LABELS = ["OK", "Save", "Back", "Next", "Send", "Help", "Menu", "Exit", "Undo", 
 COLORS = ["#1565c0", "#2e7d32", "#c62828", "#6a1b9a", "#ef6c00", "#37474f"]
 
 
+#: ``[x, y, width, height]`` of the elements ``#e0`` .. ``#e{n-1}``, in page pixels.
+ELEMENT_RECTS = """n => Array.from({length: n}, (_, i) => {
+    const r = document.getElementById("e" + i).getBoundingClientRect();
+    return [r.x, r.y, r.width, r.height];
+})"""
+
+
 class GuiTask(TaskGenerator):
     """Needs Debian's Chromium; the browser is started on first use and kept until ``close``."""
 
@@ -73,14 +80,9 @@ class GuiTask(TaskGenerator):
             + "".join(elements)
             + "</body></html>"
         )
-        boxes = []
-        for i in range(n):
-            bb = page.locator(f"#e{i}").bounding_box()
-            boxes.append(
-                to_norm_box(
-                    (bb["x"], bb["y"], bb["x"] + bb["width"], bb["y"] + bb["height"]), self.size
-                )
-            )
+        # every element's box from the DOM in one call, not a browser round trip per element
+        rects = page.evaluate(ELEMENT_RECTS, n)
+        boxes = [to_norm_box((x, y, x + w, y + h), self.size) for x, y, w, h in rects]
         png = page.screenshot()
         img = Image.open(io.BytesIO(png)).convert("RGB").resize(self.size)
         kinds = ["link" if e.startswith("<a") else "button" for e in elements]

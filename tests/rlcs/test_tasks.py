@@ -28,6 +28,25 @@ def test_same_seed_same_examples(domain):
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
+def test_a_shared_generator_gives_the_same_examples_and_stays_open(domain):
+    """build_task_data draws every split of a domain from one generator (one browser for GUI;
+    a thread holds one at a time, as Playwright's sync API allows)."""
+
+    def key(examples):
+        return [(x.prompt, x.answer, png(x.image)) for x in examples]
+
+    alone = [key(generate(domain, 3, seed=seed)) for seed in (5, 6)]
+    gen = GENERATORS[domain]()
+    try:
+        shared = [key(generate(domain, 3, seed=seed, generator=gen)) for seed in (5, 6)]
+        assert shared == alone
+        if domain == "gui":
+            assert gen._browser is not None and gen._browser.is_connected()
+    finally:
+        gen.close()
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
 def test_sft_targets_earn_full_reward_from_the_verifiers(domain):
     import rewards
 
