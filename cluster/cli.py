@@ -18,6 +18,7 @@ from collections.abc import Callable
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("cluster.train", "main", "run pretraining, SFT or RL from a config (its `stage`)"),
     "demo": ("cluster.demo", "main", "run the embedded end-to-end default on this machine"),
+    "grade": ("cluster.grade", "main", "offline RLCS grading: each item's pass rate under a model"),
     "serve-rewards": ("rewards.server", "main", "serve the reward verifiers over HTTP"),
     "dashboard": ("rlcs.dashboard", "main", "serve the curriculum dashboard for a run directory"),
 }
@@ -41,6 +42,34 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="the RL config (default configs/tiny-vlm.yaml)")
     p.add_argument(
         "--dashboard-port", type=int, default=8266, help="serve the dashboard here (0: do not)"
+    )
+
+
+def _add_grade(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model", help="the reference model, a Hugging Face directory (e.g. runs/demo/sft/hf)"
+    )
+    p.add_argument("data", nargs="+", help="JSONL or Parquet item files to grade")
+    p.add_argument("--out", required=True, help="write the graded items here (JSONL)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="rollout, reward and cluster settings (default configs/tiny-vlm.yaml)",
+    )
+    p.add_argument("--samples", type=int, default=4, help="answers per item (default 4)")
+    p.add_argument(
+        "--cpus",
+        type=float,
+        default=None,
+        help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set rollout.temperature=1.0 (repeatable)",
     )
 
 
@@ -77,6 +106,7 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
 _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "train": _add_train,
     "demo": _add_demo,
+    "grade": _add_grade,
     "serve-rewards": _add_serve_rewards,
     "dashboard": _add_dashboard,
 }

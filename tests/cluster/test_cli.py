@@ -10,7 +10,7 @@ def test_help_lists_every_planned_subcommand():
         [sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True
     )
     assert r.returncode == 0
-    for name in ("train", "demo", "serve-rewards", "dashboard"):
+    for name in ("train", "demo", "grade", "serve-rewards", "dashboard"):
         assert name in r.stdout
 
 
@@ -43,3 +43,15 @@ def test_subcommands_dispatch_with_parsed_arguments(monkeypatch):
         ["rollout.n=2", "run.name=a"],
         True,
     )
+
+
+def test_grade_parses_its_arguments(monkeypatch):
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "grade", ("json", "dumps", "x"))
+    monkeypatch.setattr("json.dumps", lambda args: seen.setdefault("args", args) and 0)
+    cli.main(["grade", "runs/demo/sft/hf", "a.jsonl", "b.jsonl", "--out", "g.jsonl",
+              "--samples", "8", "--set", "rollout.temperature=1.0"])  # fmt: skip
+    args = seen["args"]
+    assert args.model == "runs/demo/sft/hf" and args.data == ["a.jsonl", "b.jsonl"]
+    assert args.out == "g.jsonl" and args.samples == 8 and args.cpus is None
+    assert args.config is None and args.overrides == ["rollout.temperature=1.0"]

@@ -1,0 +1,201 @@
+"""`rlcs grade`: RLCS's offline grading. A reference model answers every item ``k`` times at the
+rollout temperature; the share of answers the verifiers pass becomes the item's ``difficulty``.
+
+The curriculum reads ``difficulty`` as an offline pass rate worth
+``curriculum.offline_prior_weight`` attempts, so an RL run starts with every item in a tier
+instead of every item unseen, and online evidence takes over as groups come back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlcs.config import Config, RolloutConfig
+from rlcs.data import Item
+
+#: the pass-rate buckets of the summary table
+BUCKETS = ("0", "(0, .25]", "(.25, .5]", "(.5, .75]", "(.75, 1)", "1")
+
+
+def bucket(p: float) -> str:
+    if p <= 0.0:
+        return BUCKETS[0]
+    if p >= 1.0:
+        return BUCKETS[5]
+    return BUCKETS[1 + min(3, int((p - 1e-9) * 4))]
+
+
+def pass_rates(
+    model_path: str | Path,
+    items: Sequence[Item],
+    rollout: RolloutConfig,
+    samples: int,
+    *,
+    threshold: float = 0.5,
+    num_cpus: float = 1.0,
+    batch_items: int = 64,
+    timeout_s: float | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, float], int]:
+    """Each item's share of ``samples`` answers scoring ``>= threshold``, and the number of
+    answers the verifiers could not score (an error counts as a failed answer).
+
+    One rollout worker reserves ``num_cpus`` and answers ``batch_items`` items at a time, at
+    ``rollout.temperature``; image paths must be absolute. The worker is killed at the end,
+    also on failure.
+    """
+    import ray
+    from tqdm import tqdm
+
+    import rewards
+    from actors.rollout.worker import RolloutWorker
+    from cluster.placement import thread_env
+
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if rollout.temperature <= 0.0:
+        raise ValueError("grading samples answers: rollout.temperature must be above 0")
+    by_id = {it.id: it for it in items}
+    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
+        str(model_path), rollout.model_dump()
+    )
+    successes: Counter[str] = Counter()
+    errors = 0
+    try:
+        with tqdm(total=len(items), desc="grade", unit="item", disable=not progress) as bar:
+            for start in range(0, len(items), batch_items):
+                chunk = list(items[start : start + batch_items])
+                trajs = ray.get(
+                    worker.generate.remote(chunk, n=samples, step=start, temperature=rollout.temperature)
+                )  # fmt: skip
+                scored = rewards.score_batch(
+                    [{"domain": by_id[t.item_id].domain, "response": t.response,
+                      "answer": by_id[t.item_id].answer} for t in trajs],
+                    timeout_s=timeout_s,
+                )  # fmt: skip
+                errors += tally(trajs, scored, threshold, successes)
+                bar.update(len(chunk))
+    finally:
+        ray.kill(worker)
+    return {it.id: successes[it.id] / samples for it in items}, errors
+
+
+def tally(trajs: Sequence[Any], scored: Sequence[Any], threshold: float, successes: Counter) -> int:
+    """Add each scored answer that reaches ``threshold`` to its item's count in ``successes``;
+    returns how many could not be scored (those count as failures, never as passes)."""
+    errors = 0
+    for t, r in zip(trajs, scored, strict=True):
+        if r.error is not None:
+            errors += 1
+        elif r.reward >= threshold:
+            successes[t.item_id] += 1
+    return errors
+
+
+def graded_rows(
+    rows: Sequence[dict[str, Any]], rates: dict[str, float], src_dir: Path, out_dir: Path
+) -> list[dict[str, Any]]:
+    """The input rows with ``difficulty`` set to their pass rate (4 decimals), every other field
+    as it was; relative image paths are rewritten to stay valid from ``out_dir``."""
+    missing = [str(r.get("id")) for r in rows if str(r.get("id")) not in rates]
+    if missing:
+        raise ValueError(f"{len(missing)} rows have no grade, e.g. {missing[:3]}")
+    same = src_dir.resolve() == out_dir.resolve()
+    out = []
+    for row in rows:
+        new = dict(row)
+        new["difficulty"] = round(rates[str(row["id"])], 4)
+        if not same and row.get("images"):
+            new["images"] = [_rebase(ref, src_dir, out_dir) for ref in row["images"]]
+        out.append(new)
+    return out
+
+
+def _rebase(ref: str, src_dir: Path, out_dir: Path) -> str:
+    if ref.startswith("data:") or Path(ref).is_absolute():
+        return ref
+    return os.path.relpath((src_dir / ref).resolve(), out_dir.resolve())
+
+
+def summary_table(items: Sequence[Item], rates: dict[str, float]) -> str:
+    """Items per domain in each pass-rate bucket, and the domain's mean pass rate."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    means: dict[str, list[float]] = defaultdict(list)
+    for it in items:
+        counts[it.domain][bucket(rates[it.id])] += 1
+        means[it.domain].append(rates[it.id])
+    head = f"{'domain':<12}" + "".join(f"{b:>11}" for b in BUCKETS) + f"{'mean':>8}"
+    lines = [head]
+    for d in sorted(counts):
+        cells = "".join(f"{counts[d][b]:>11}" for b in BUCKETS)
+        lines.append(f"{d:<12}{cells}{sum(means[d]) / len(means[d]):>8.3f}")
+    return "\n".join(lines)
+
+
+def grade_files(
+    cfg: Config,
+    model_path: Path,
+    inputs: Sequence[Path],
+    out: Path,
+    samples: int,
+    num_cpus: float,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
+    from cluster.stage_data import absolute_images
+    from rlcs.data import load_items, read_rows, write_jsonl
+
+    if out.resolve() in {p.resolve() for p in inputs}:
+        raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
+    items = [absolute_images(it, p.parent) for p in inputs for it in load_items(p)]
+    if not items:
+        raise ValueError("no items to grade")
+    rates, errors = pass_rates(
+        model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
+        num_cpus=num_cpus, timeout_s=cfg.reward.timeout_s, progress=progress,
+    )  # fmt: skip
+    rows = [
+        row for p in inputs
+        for row in graded_rows([r for _, r in read_rows(p)], rates, p.parent, out.parent)
+    ]  # fmt: skip
+    write_jsonl(rows, out)
+    return {"items": len(items), "answers": len(items) * samples, "errors": errors,
+            "table": summary_table(items, rates), "out": str(out)}  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    from cluster.train import connect_ray
+    from rlcs.config import ConfigError, load_config
+    from rlcs.data import DatasetError
+
+    try:
+        from cluster.demo import DEFAULT_CONFIG
+
+        cfg = load_config(Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
+    except ConfigError as e:
+        print(f"rlcs grade: {e}", file=sys.stderr)
+        return 2
+    model = Path(args.model)
+    if not (model / "config.json").is_file():
+        print(f"rlcs grade: {model} is not a Hugging Face model directory", file=sys.stderr)
+        return 2
+    cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker
+    connect_ray(cfg)
+    try:
+        result = grade_files(cfg, model, [Path(p) for p in args.data], Path(args.out),
+                             args.samples, cpus)  # fmt: skip
+    except (DatasetError, ValueError) as e:
+        print(f"rlcs grade: {e}", file=sys.stderr)
+        return 2
+    print(result["table"])
+    print(f"{result['items']} items, {result['answers']} answers, {result['errors']} unscorable"
+          f" (counted as failures) -> {result['out']}")  # fmt: skip
+    print("RESULT " + json.dumps({k: v for k, v in result.items() if k != "table"}))
+    return 0

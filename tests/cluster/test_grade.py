@@ -1,0 +1,148 @@
+"""Offline grading (cluster.grade, `rlcs grade`): items' pass rates under a reference model,
+written as the ``difficulty`` the curriculum starts from."""
+
+import argparse
+import json
+from collections import Counter
+
+import pytest
+
+from cluster.grade import BUCKETS, bucket, graded_rows, pass_rates, summary_table, tally
+from rlcs.config import RolloutConfig
+from rlcs.data import Item
+
+
+def test_buckets_keep_all_and_none_apart_from_the_middle():
+    assert [bucket(p) for p in (0.0, 0.125, 0.25, 0.5, 0.75, 0.875, 1.0)] == [
+        "0", "(0, .25]", "(0, .25]", "(.25, .5]", "(.5, .75]", "(.75, 1)", "1"
+    ]  # fmt: skip
+
+
+def test_tally_counts_answers_at_the_threshold_and_never_an_error_as_a_pass():
+    from types import SimpleNamespace as NS
+
+    from rewards.base import ScoreResult
+
+    trajs = [NS(item_id=i) for i in ("a", "a", "a", "b", "b")]
+    scored = [
+        ScoreResult(reward=1.0, format_ok=True, extracted="4"),
+        ScoreResult(reward=0.5, format_ok=True, extracted="[1,2,3,4]"),  # exactly the threshold
+        ScoreResult(reward=0.49, format_ok=True, extracted="[1,2,3,5]"),
+        ScoreResult(reward=0.0, format_ok=False, extracted=None, error="timeout"),
+        ScoreResult(reward=1.0, format_ok=True, extracted="x", error="verifier crashed"),
+    ]
+    wins: Counter[str] = Counter()
+    assert tally(trajs, scored, 0.5, wins) == 2
+    assert wins == {"a": 2}
+    with pytest.raises(ValueError):  # a score lost on the way is an error, not a silent zero
+        tally(trajs, scored[:-1], 0.5, wins)
+
+
+def test_graded_rows_set_difficulty_and_keep_images_reachable(tmp_path):
+    src, out = tmp_path / "data", tmp_path / "graded"
+    (src / "images").mkdir(parents=True)
+    rows = [
+        {"id": "a", "domain": "math", "prompt": "p", "images": ["images/a.png"], "answer": "1",
+         "difficulty": "very_hard", "meta": {"k": 1}},
+        {"id": "b", "domain": "ocr", "prompt": "p", "images": ["data:image/png;base64,xx"]},
+    ]  # fmt: skip
+    got = graded_rows(rows, {"a": 1 / 3, "b": 1.0}, src, out)
+    assert got[0]["difficulty"] == 0.3333 and got[1]["difficulty"] == 1.0
+    assert got[0]["meta"] == {"k": 1} and got[0]["answer"] == "1"
+    # from the output's folder the relative path still names the same file; inline images stay
+    assert (out / got[0]["images"][0]).resolve() == (src / "images" / "a.png").resolve()
+    assert got[1]["images"] == rows[1]["images"]
+    assert rows[0]["difficulty"] == "very_hard"  # the input rows are not modified
+    assert graded_rows(rows, {"a": 0.5, "b": 0.5}, src, src)[0]["images"] == ["images/a.png"]
+    with pytest.raises(ValueError, match="1 rows have no grade"):
+        graded_rows(rows, {"a": 0.5}, src, out)
+
+
+def test_summary_table_counts_items_per_bucket_and_the_domain_mean():
+    items = [Item(id=str(i), domain=d, prompt="p") for i, d in enumerate(["math"] * 3 + ["gui"])]
+    table = summary_table(items, {"0": 0.0, "1": 0.5, "2": 1.0, "3": 0.25}).splitlines()
+    assert table[0].split()[0] == "domain" and len(table) == 3
+    gui, math = table[1].split(), table[2].split()
+    assert gui[0] == "gui" and gui[1:] == ["0", "1", "0", "0", "0", "0", "0.250"]
+    assert math[0] == "math" and math[1:] == ["1", "0", "1", "0", "0", "1", "0.500"]
+    assert len(BUCKETS) == 6
+
+
+@pytest.fixture(scope="module")
+def ray_two_cpus():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def task_files(tmp_path):
+    from rlcs.tasks import build_task_data
+
+    sizes = {"rl_train": 3, "heldout": 1, "sft": 1, "pretrain": 1}
+    return build_task_data(tmp_path / "data", sizes=sizes, domains=("math", "grounding"),
+                           difficulty=(0.0, 0.3), progress=False)  # fmt: skip
+
+
+def test_pass_rates_are_the_scored_share_of_the_models_own_samples(
+    ray_two_cpus, tiny_vlm, task_files
+):
+    import rewards
+    from actors.rollout.worker import RolloutWorkerImpl
+    from cluster.stage_data import absolute_images
+    from rlcs.data import load_items
+
+    path = task_files["rl_train"]
+    items = [absolute_images(it, path.parent) for it in load_items(path)]
+    rollout = RolloutConfig(engine="hf", max_think_tokens=8, max_answer_tokens=8, temperature=1.0)
+    rates, errors = pass_rates(tiny_vlm, items, rollout, 3, num_cpus=1, progress=False)
+
+    # the same samples drawn in this process (same seeds: step 0, one batch), same verifiers
+    trajs = RolloutWorkerImpl(str(tiny_vlm), rollout.model_dump()).generate(
+        items, n=3, step=0, temperature=1.0
+    )
+    by_id = {it.id: it for it in items}
+    scored = rewards.score_batch(
+        [{"domain": by_id[t.item_id].domain, "response": t.response,
+          "answer": by_id[t.item_id].answer} for t in trajs]
+    )  # fmt: skip
+    wins = Counter(t.item_id for t, r in zip(trajs, scored, strict=True) if r.reward >= 0.5)
+    assert rates == {it.id: wins[it.id] / 3 for it in items}
+    assert errors == sum(r.error is not None for r in scored)
+    with pytest.raises(ValueError, match="temperature must be above 0"):
+        pass_rates(tiny_vlm, items, rollout.model_copy(update={"temperature": 0.0}), 3)
+
+
+def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
+    ray_two_cpus, tiny_vlm, task_files, tmp_path, capsys
+):
+    from cluster.grade import main
+    from rlcs.curriculum import curriculum_from_items
+    from rlcs.data import load_items
+
+    out = tmp_path / "graded" / "rl.jsonl"
+    args = argparse.Namespace(
+        model=str(tiny_vlm), data=[str(task_files["rl_train"])], out=str(out), config=None,
+        samples=2, cpus=1.0,
+        overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
+    )  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed.splitlines()[-1].removeprefix("RESULT "))
+    assert result["items"] == 6 and result["answers"] == 12 and result["out"] == str(out)
+    graded = load_items(out)  # images still load from the new folder
+    assert [it.id for it in graded] == [it.id for it in load_items(task_files["rl_train"])]
+    assert all(it.difficulty in (0.0, 0.5, 1.0) for it in graded)
+    cur = curriculum_from_items(graded)
+    assert cur.pass_rate().tolist() == pytest.approx([it.difficulty for it in graded])
+
+    # bad input: a clear message and exit code 2, nothing written
+    args.out = str(task_files["rl_train"])
+    assert main(args) == 2
+    assert "is one of the inputs" in capsys.readouterr().err
+    args.out, args.model = str(tmp_path / "x.jsonl"), str(tmp_path)
+    assert main(args) == 2
+    assert "not a Hugging Face model directory" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
