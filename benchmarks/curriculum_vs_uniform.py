@@ -13,7 +13,11 @@ uniform ends no higher than the SFT checkpoint, a warning says the comparison is
 
     python benchmarks/curriculum_vs_uniform.py                     # data, pretrain, SFT, 9 RL runs
     python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
-        [--iterations 12] [--eval-every 2] [--seeds 0 1 2] [--set key=value ...]
+        [--iterations 12] [--eval-every 2] [--seeds 0 1 2] [--grade 4] [--set key=value ...]
+
+``--grade K`` grades the RL items first, as the paper's RLCS does offline: the SFT checkpoint
+answers each item K times (``rlcs grade``) and every run trains on the graded copy. Only
+``rlcs`` reads the grades; ``uniform`` and ``dapo_filter`` weigh every item alike.
 
 Run again with the same ``--root`` after an interruption, it reuses the runs that finished
 (each run directory records its settings in ``benchmark.json``) and runs the others again; a
@@ -115,6 +119,29 @@ def cached_curve(run_dir: Path, settings: dict) -> dict[int, float] | None:
     return None
 
 
+def graded_split(config: Path, sft: Path, rl_train: Path, root: Path, samples: int) -> Path:
+    """``root/graded/rl_train.jsonl``: the RL items graded by the SFT checkpoint (made once;
+    reused while its record names the same checkpoint, items and sample count)."""
+    from cluster.grade import grade_files
+    from rlcs.config import load_config
+
+    out = root / "graded" / "rl_train.jsonl"
+    marker = out.with_name("grade.json")
+    settings = {"model": str(sft), "data": str(rl_train), "samples": samples}
+    if out.exists() and marker.exists() and json.loads(marker.read_text()) == settings:
+        print(f"INFO reusing the graded items {out}", flush=True)
+        return out
+    cfg = load_config(config)
+    cpus = cfg.cluster.learner_cpus_per_rank + cfg.cluster.rollout_cpus_per_worker
+    t = time.perf_counter()
+    result = grade_files(cfg, sft, [rl_train], out, samples, cpus)
+    marker.write_text(json.dumps(settings, indent=1))
+    print(result["table"])
+    print(f"INFO graded {result['items']} items x {samples} answers in "
+          f"{time.perf_counter() - t:.0f}s ({result['unscorable']} unscorable)", flush=True)  # fmt: skip
+    return out
+
+
 def first_reaching(curve: dict[int, float], target: float) -> float:
     """First RL iteration (the SFT point, 0, excluded) whose pass rate reaches ``target``."""
     for it in sorted(k for k in curve if k > 0):
@@ -136,6 +163,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--grade", type=int, default=0, metavar="K",
+                    help="grade the RL items by K answers of the SFT checkpoint first (0: no)")  # fmt: skip
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="extra config overrides for every RL run")  # fmt: skip
@@ -155,6 +184,9 @@ def main() -> None:
 
     probe = load_config(args.config, data_overrides(files, "rl_train"))
     connect_ray(probe)
+    if args.grade:
+        files = {**files, "rl_train": graded_split(args.config, sft, files["rl_train"], root,
+                                                   args.grade)}  # fmt: skip
     heldout = load_stage_data(probe, root / "probe").eval_items
     start = evaluate(sft, heldout, probe.rollout)["all"]["pass_rate"]
     print(

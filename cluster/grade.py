@@ -43,9 +43,9 @@ def pass_rates(
     batch_items: int = 64,
     timeout_s: float | None = None,
     progress: bool = True,
-) -> tuple[dict[str, float], int]:
-    """Each item's share of ``samples`` answers scoring ``>= threshold``, and the number of
-    answers the verifiers could not score (an error counts as a failed answer).
+) -> tuple[dict[str, float], Counter[str]]:
+    """Each item's share of ``samples`` answers scoring ``>= threshold``, and the answers'
+    errors by kind (an answer with an error counts as a failure).
 
     One rollout worker reserves ``num_cpus`` and answers ``batch_items`` items at a time, at
     ``rollout.temperature``; image paths must be absolute. The worker is killed at the end,
@@ -67,7 +67,7 @@ def pass_rates(
         str(model_path), rollout.model_dump()
     )
     successes: Counter[str] = Counter()
-    errors = 0
+    errors: Counter[str] = Counter()
     try:
         with tqdm(total=len(items), desc="grade", unit="item", disable=not progress) as bar:
             for start in range(0, len(items), batch_items):
@@ -87,13 +87,20 @@ def pass_rates(
     return {it.id: successes[it.id] / samples for it in items}, errors
 
 
-def tally(trajs: Sequence[Any], scored: Sequence[Any], threshold: float, successes: Counter) -> int:
+#: errors that say the answer was wrong (no box, an unreadable answer): a failure like any other.
+#: Every other error (timeout, crash, verifier, ...) means the verifiers could not score it.
+ANSWER_ERRORS = frozenset({"format", "parse"})
+
+
+def tally(
+    trajs: Sequence[Any], scored: Sequence[Any], threshold: float, successes: Counter
+) -> Counter[str]:
     """Add each scored answer that reaches ``threshold`` to its item's count in ``successes``;
-    returns how many could not be scored (those count as failures, never as passes)."""
-    errors = 0
+    returns the errors by kind. An answer with an error never counts as a pass."""
+    errors: Counter[str] = Counter()
     for t, r in zip(trajs, scored, strict=True):
         if r.error is not None:
-            errors += 1
+            errors[r.error] += 1
         elif r.reward >= threshold:
             successes[t.item_id] += 1
     return errors
@@ -166,8 +173,9 @@ def grade_files(
         for row in graded_rows([r for _, r in read_rows(p)], rates, p.parent, out.parent)
     ]  # fmt: skip
     write_jsonl(rows, out)
-    return {"items": len(items), "answers": len(items) * samples, "errors": errors,
-            "table": summary_table(items, rates), "out": str(out)}  # fmt: skip
+    unscorable = sum(n for kind, n in errors.items() if kind not in ANSWER_ERRORS)
+    return {"items": len(items), "answers": len(items) * samples, "errors": dict(errors),
+            "unscorable": unscorable, "table": summary_table(items, rates), "out": str(out)}  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -195,7 +203,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs grade: {e}", file=sys.stderr)
         return 2
     print(result["table"])
-    print(f"{result['items']} items, {result['answers']} answers, {result['errors']} unscorable"
-          f" (counted as failures) -> {result['out']}")  # fmt: skip
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(result["errors"].items())) or "none"
+    print(f"{result['items']} items, {result['answers']} answers; errors: {kinds}"
+          f" ({result['unscorable']} unscorable, counted as failures) -> {result['out']}")  # fmt: skip
     print("RESULT " + json.dumps({k: v for k, v in result.items() if k != "table"}))
     return 0

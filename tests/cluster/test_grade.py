@@ -23,16 +23,17 @@ def test_tally_counts_answers_at_the_threshold_and_never_an_error_as_a_pass():
 
     from rewards.base import ScoreResult
 
-    trajs = [NS(item_id=i) for i in ("a", "a", "a", "b", "b")]
+    trajs = [NS(item_id=i) for i in ("a", "a", "a", "b", "b", "b")]
     scored = [
         ScoreResult(reward=1.0, format_ok=True, extracted="4"),
         ScoreResult(reward=0.5, format_ok=True, extracted="[1,2,3,4]"),  # exactly the threshold
         ScoreResult(reward=0.49, format_ok=True, extracted="[1,2,3,5]"),
-        ScoreResult(reward=0.0, format_ok=False, extracted=None, error="timeout"),
-        ScoreResult(reward=1.0, format_ok=True, extracted="x", error="verifier crashed"),
+        ScoreResult(reward=0.0, format_ok=False, extracted=None, error="format"),
+        ScoreResult(reward=0.0, format_ok=True, extracted=None, error="timeout"),
+        ScoreResult(reward=1.0, format_ok=True, extracted="x", error="verifier"),
     ]
     wins: Counter[str] = Counter()
-    assert tally(trajs, scored, 0.5, wins) == 2
+    assert tally(trajs, scored, 0.5, wins) == {"format": 1, "timeout": 1, "verifier": 1}
     assert wins == {"a": 2}
     with pytest.raises(ValueError):  # a score lost on the way is an error, not a silent zero
         tally(trajs, scored[:-1], 0.5, wins)
@@ -110,7 +111,7 @@ def test_pass_rates_are_the_scored_share_of_the_models_own_samples(
     )  # fmt: skip
     wins = Counter(t.item_id for t, r in zip(trajs, scored, strict=True) if r.reward >= 0.5)
     assert rates == {it.id: wins[it.id] / 3 for it in items}
-    assert errors == sum(r.error is not None for r in scored)
+    assert errors == Counter(r.error for r in scored if r.error is not None)
     with pytest.raises(ValueError, match="temperature must be above 0"):
         pass_rates(tiny_vlm, items, rollout.model_copy(update={"temperature": 0.0}), 3)
 
@@ -132,6 +133,8 @@ def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
     printed = capsys.readouterr().out
     result = json.loads(printed.splitlines()[-1].removeprefix("RESULT "))
     assert result["items"] == 6 and result["answers"] == 12 and result["out"] == str(out)
+    # the untrained model's answers are malformed: wrong answers, not unscorable ones
+    assert sum(result["errors"].values()) > 0 and result["unscorable"] == 0
     graded = load_items(out)  # images still load from the new folder
     assert [it.id for it in graded] == [it.id for it in load_items(task_files["rl_train"])]
     assert all(it.difficulty in (0.0, 0.5, 1.0) for it in graded)
