@@ -24,16 +24,20 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="YAML config, e.g. configs/tiny-text.yaml")
+def _add_set(p: argparse.ArgumentParser, example: str) -> None:
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config value, e.g. --set rollout.n=8 (repeatable)",
+        help=f"override a config value, e.g. --set {example} (repeatable)",
     )
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config, e.g. configs/tiny-text.yaml")
+    _add_set(p, "rollout.n=8")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
 
 
@@ -63,14 +67,7 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
         default=None,
         help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set rollout.temperature=1.0 (repeatable)",
-    )
+    _add_set(p, "rollout.temperature=1.0")
 
 
 def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
