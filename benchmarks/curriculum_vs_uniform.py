@@ -37,6 +37,10 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlcs.config import Config
 
 POLICIES = ("rlcs", "uniform", "dapo_filter")
 SHORT = {"rlcs": "rlcs", "uniform": "uniform", "dapo_filter": "dapo"}
@@ -119,11 +123,10 @@ def cached_curve(run_dir: Path, settings: dict) -> dict[int, float] | None:
     return None
 
 
-def graded_split(config: Path, sft: Path, rl_train: Path, root: Path, samples: int) -> Path:
+def graded_split(cfg: Config, sft: Path, rl_train: Path, root: Path, samples: int) -> Path:
     """``root/graded/rl_train.jsonl``: the RL items graded by the SFT checkpoint (made once;
     reused while its record names the same checkpoint, items and sample count)."""
     from cluster.grade import grade_files
-    from rlcs.config import load_config
 
     out = root / "graded" / "rl_train.jsonl"
     marker = out.with_name("grade.json")
@@ -131,7 +134,6 @@ def graded_split(config: Path, sft: Path, rl_train: Path, root: Path, samples: i
     if out.exists() and marker.exists() and json.loads(marker.read_text()) == settings:
         print(f"INFO reusing the graded items {out}", flush=True)
         return out
-    cfg = load_config(config)
     cpus = cfg.cluster.learner_cpus_per_rank + cfg.cluster.rollout_cpus_per_worker
     t = time.perf_counter()
     result = grade_files(cfg, sft, [rl_train], out, samples, cpus)
@@ -185,7 +187,7 @@ def main() -> None:
     probe = load_config(args.config, data_overrides(files, "rl_train"))
     connect_ray(probe)
     if args.grade:
-        files = {**files, "rl_train": graded_split(args.config, sft, files["rl_train"], root,
+        files = {**files, "rl_train": graded_split(probe, sft, files["rl_train"], root,
                                                    args.grade)}  # fmt: skip
     heldout = load_stage_data(probe, root / "probe").eval_items
     start = evaluate(sft, heldout, probe.rollout)["all"]["pass_rate"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -42,27 +43,40 @@ def evaluate_live(roles: Any, items: list[Item], timeout_s: float) -> dict[str, 
     return summarize(per)
 
 
+@contextmanager
+def rollout_worker(model_path: str | Path, rollout: RolloutConfig, num_cpus: float):
+    """A rollout worker of its own for ``model_path`` that reserves ``num_cpus`` and runs that
+    many threads (rounded, at least one); killed on leaving, also on failure."""
+    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
+        str(model_path), rollout.model_dump()
+    )
+    try:
+        yield worker
+    finally:
+        ray.kill(worker)
+
+
+def score_trajectories(trajs: list, by_id: dict[str, Item], timeout_s: float | None = None):
+    """The verifiers' ``ScoreResult`` of each trajectory against its item's answer, in order."""
+    import rewards
+
+    return rewards.score_batch(
+        [{"domain": by_id[t.item_id].domain, "response": t.response, "answer": by_id[t.item_id].answer}
+         for t in trajs],
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
 def evaluate(
     model_path: str | Path, items: list[Item], rollout: RolloutConfig, num_cpus: float = 1.0
 ) -> dict[str, dict[str, float]]:
     """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
     worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
-    import rewards
-
     cfg = rollout.model_copy(update={"n": 1, "temperature": 0.0})
-    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
-        str(model_path), cfg.model_dump()
-    )
-    try:
+    with rollout_worker(model_path, cfg, num_cpus) as worker:
         trajs = ray.get(worker.generate.remote(items, n=1, step=0, temperature=0.0))
-    finally:
-        ray.kill(worker)
     by_id = {it.id: it for it in items}
-    results = rewards.score_batch(
-        [{"domain": by_id[t.item_id].domain, "response": t.response, "answer": by_id[t.item_id].answer}
-         for t in trajs]
-    )  # fmt: skip
     per: dict[str, list[float]] = defaultdict(list)
-    for t, r in zip(trajs, results, strict=True):
+    for t, r in zip(trajs, score_trajectories(trajs, by_id), strict=True):
         per[by_id[t.item_id].domain].append(r.reward)
     return summarize(per)

@@ -54,36 +54,27 @@ def pass_rates(
     import ray
     from tqdm import tqdm
 
-    import rewards
-    from actors.rollout.worker import RolloutWorker
-    from cluster.placement import thread_env
+    from cluster.evaluate import rollout_worker, score_trajectories
 
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     if rollout.temperature <= 0.0:
         raise ValueError("grading samples answers: rollout.temperature must be above 0")
     by_id = {it.id: it for it in items}
-    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
-        str(model_path), rollout.model_dump()
-    )
     successes: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    try:
-        with tqdm(total=len(items), desc="grade", unit="item", disable=not progress) as bar:
-            for start in range(0, len(items), batch_items):
-                chunk = list(items[start : start + batch_items])
-                trajs = ray.get(
-                    worker.generate.remote(chunk, n=samples, step=start, temperature=rollout.temperature)
-                )  # fmt: skip
-                scored = rewards.score_batch(
-                    [{"domain": by_id[t.item_id].domain, "response": t.response,
-                      "answer": by_id[t.item_id].answer} for t in trajs],
-                    timeout_s=timeout_s,
-                )  # fmt: skip
-                errors += tally(trajs, scored, threshold, successes)
-                bar.update(len(chunk))
-    finally:
-        ray.kill(worker)
+    with (
+        rollout_worker(model_path, rollout, num_cpus) as worker,
+        tqdm(total=len(items), desc="grade", unit="item", disable=not progress) as bar,
+    ):
+        for start in range(0, len(items), batch_items):
+            chunk = list(items[start : start + batch_items])
+            trajs = ray.get(
+                worker.generate.remote(chunk, n=samples, step=start, temperature=rollout.temperature)
+            )  # fmt: skip
+            scored = score_trajectories(trajs, by_id, timeout_s)
+            errors += tally(trajs, scored, threshold, successes)
+            bar.update(len(chunk))
     return {it.id: successes[it.id] / samples for it in items}, errors
 
 
@@ -106,22 +97,21 @@ def tally(
     return errors
 
 
-def graded_rows(
-    rows: Sequence[dict[str, Any]], rates: dict[str, float], src_dir: Path, out_dir: Path
-) -> list[dict[str, Any]]:
-    """The input rows with ``difficulty`` set to their pass rate (4 decimals), every other field
-    as it was; relative image paths are rewritten to stay valid from ``out_dir``."""
-    missing = [str(r.get("id")) for r in rows if str(r.get("id")) not in rates]
+def graded_items(
+    items: Sequence[Item], rates: dict[str, float], src_dir: Path, out_dir: Path
+) -> list[Item]:
+    """The items with ``difficulty`` set to their pass rate (4 decimals), every other field as
+    it was; relative image paths are rewritten to stay valid from ``out_dir``."""
+    missing = [it.id for it in items if it.id not in rates]
     if missing:
-        raise ValueError(f"{len(missing)} rows have no grade, e.g. {missing[:3]}")
+        raise ValueError(f"{len(missing)} items have no grade, e.g. {missing[:3]}")
     same = src_dir.resolve() == out_dir.resolve()
     out = []
-    for row in rows:
-        new = dict(row)
-        new["difficulty"] = round(rates[str(row["id"])], 4)
-        if not same and row.get("images"):
-            new["images"] = [_rebase(ref, src_dir, out_dir) for ref in row["images"]]
-        out.append(new)
+    for it in items:
+        update: dict[str, Any] = {"difficulty": round(rates[it.id], 4)}
+        if not same and it.images:
+            update["images"] = [_rebase(ref, src_dir, out_dir) for ref in it.images]
+        out.append(it.model_copy(update=update))
     return out
 
 
@@ -157,22 +147,21 @@ def grade_files(
 ) -> dict[str, Any]:
     """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
     from cluster.stage_data import absolute_images
-    from rlcs.data import load_items, read_rows, write_jsonl
+    from rlcs.data import load_items, write_jsonl
 
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
-    items = [absolute_images(it, p.parent) for p in inputs for it in load_items(p)]
+    loaded = [(p, load_items(p)) for p in inputs]
+    items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")
     rates, errors = pass_rates(
         model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
         num_cpus=num_cpus, timeout_s=cfg.reward.timeout_s, progress=progress,
     )  # fmt: skip
-    rows = [
-        row for p in inputs
-        for row in graded_rows([r for _, r in read_rows(p)], rates, p.parent, out.parent)
-    ]  # fmt: skip
-    write_jsonl(rows, out)
+    write_jsonl(
+        [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
+    )
     unscorable = sum(n for kind, n in errors.items() if kind not in ANSWER_ERRORS)
     return {"items": len(items), "answers": len(items) * samples, "errors": dict(errors),
             "unscorable": unscorable, "table": summary_table(items, rates), "out": str(out)}  # fmt: skip

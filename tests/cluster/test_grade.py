@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from cluster.grade import BUCKETS, bucket, graded_rows, pass_rates, summary_table, tally
+from cluster.grade import BUCKETS, bucket, graded_items, pass_rates, summary_table, tally
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
 
@@ -39,24 +39,24 @@ def test_tally_counts_answers_at_the_threshold_and_never_an_error_as_a_pass():
         tally(trajs, scored[:-1], 0.5, wins)
 
 
-def test_graded_rows_set_difficulty_and_keep_images_reachable(tmp_path):
+def test_graded_items_set_difficulty_and_keep_images_reachable(tmp_path):
     src, out = tmp_path / "data", tmp_path / "graded"
     (src / "images").mkdir(parents=True)
-    rows = [
-        {"id": "a", "domain": "math", "prompt": "p", "images": ["images/a.png"], "answer": "1",
-         "difficulty": "very_hard", "meta": {"k": 1}},
-        {"id": "b", "domain": "ocr", "prompt": "p", "images": ["data:image/png;base64,xx"]},
+    items = [
+        Item(id="a", domain="math", prompt="p", images=["images/a.png"], answer="1",
+             difficulty="very_hard", meta={"k": 1}),
+        Item(id="b", domain="ocr", prompt="p", images=["data:image/png;base64,xx"]),
     ]  # fmt: skip
-    got = graded_rows(rows, {"a": 1 / 3, "b": 1.0}, src, out)
-    assert got[0]["difficulty"] == 0.3333 and got[1]["difficulty"] == 1.0
-    assert got[0]["meta"] == {"k": 1} and got[0]["answer"] == "1"
+    got = graded_items(items, {"a": 1 / 3, "b": 1.0}, src, out)
+    assert got[0].difficulty == 0.3333 and got[1].difficulty == 1.0
+    assert got[0].meta == {"k": 1} and got[0].answer == "1"
     # from the output's folder the relative path still names the same file; inline images stay
-    assert (out / got[0]["images"][0]).resolve() == (src / "images" / "a.png").resolve()
-    assert got[1]["images"] == rows[1]["images"]
-    assert rows[0]["difficulty"] == "very_hard"  # the input rows are not modified
-    assert graded_rows(rows, {"a": 0.5, "b": 0.5}, src, src)[0]["images"] == ["images/a.png"]
-    with pytest.raises(ValueError, match="1 rows have no grade"):
-        graded_rows(rows, {"a": 0.5}, src, out)
+    assert (out / got[0].images[0]).resolve() == (src / "images" / "a.png").resolve()
+    assert got[1].images == items[1].images
+    assert items[0].difficulty == "very_hard"  # the input items are not modified
+    assert graded_items(items, {"a": 0.5, "b": 0.5}, src, src)[0].images == ["images/a.png"]
+    with pytest.raises(ValueError, match="1 items have no grade"):
+        graded_items(items, {"a": 0.5}, src, out)
 
 
 def test_summary_table_counts_items_per_bucket_and_the_domain_mean():
