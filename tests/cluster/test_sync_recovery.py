@@ -1,6 +1,6 @@
 """A weight push that fails because a rollout worker restarted or died mid-push is retried on
 the workers that are left; any other failure is raised. The roles are stand-ins: the real path
-(a rollout worker killed mid-run) is tests/cluster/test_faults.py."""
+(a rollout worker killed mid-run) is tests/cluster/test_train.py."""
 
 from __future__ import annotations
 

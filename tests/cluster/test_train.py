@@ -1,5 +1,5 @@
 """End-to-end runs of the driver on the tiny models: the run directory, resume after kill -9,
-and `ray job submit` against a token-authenticated head."""
+`ray job submit` against a token-authenticated head, and roles killed mid-run."""
 
 import json
 import os
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from rlcs.config import load_config
@@ -142,27 +143,67 @@ def test_ray_job_submit_runs_tiny_text(tmp_path):
     assert mismatch and all(0.0 <= x < 0.05 for x in mismatch), mismatch
 
 
-@pytest.mark.slow
-def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
-    import psutil
-
-    args = set_args([*FAST, "rollout.engine=hf", "run.iterations=3", "run.save_every=1"], tmp_path)
+def start_run(sets: list[str], root: Path) -> subprocess.Popen:
+    """`rlcs train` on tiny-text in its own session, returned once its first checkpoint is
+    written (or it has ended, or 600 s have passed)."""
+    args = set_args(sets, root)
     proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    first = tmp_path / "tiny-text" / "checkpoints" / "step_00000001"
+    first = root / "tiny-text" / "checkpoints" / "step_00000001"
     deadline = time.monotonic() + 600
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    learners = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                if "ray::Learner" in " ".join(p.cmdline())]  # fmt: skip
+        time.sleep(0.1)
+    return proc
+
+
+def role_processes(driver: int, role: str) -> list[psutil.Process]:
+    """The driver's descendant processes that run the Ray actor class ``role``."""
+    procs = []
+    for p in psutil.Process(driver).children(recursive=True):
+        try:
+            if f"ray::{role}" in " ".join(p.cmdline()):
+                procs.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return procs
+
+
+@pytest.mark.slow
+def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
+    sets = [*FAST, "rollout.engine=hf", "run.iterations=3", "run.save_every=1"]
+    proc = start_run(sets, tmp_path)
+    learners = role_processes(proc.pid, "Learner")
     assert learners, "no learner process found under the driver"
     learners[0].kill()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "a Learner actor died" in err and "continue with --resume" in err
-    resumed = run_cli("configs/tiny-text.yaml", "--resume", *args)
+    resumed = run_cli("configs/tiny-text.yaml", "--resume", *set_args(sets, tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert [r["step"] for r in read_metrics(tmp_path / "tiny-text")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_killed_rollout_worker_and_reward_actor_are_restarted(tmp_path):
+    n = 2
+    sets = [*FAST, f"rollout.n={n}", "rollout.engine=hf", "run.iterations=4", "run.save_every=1"]
+    proc = start_run(sets, tmp_path)
+    killed = [role_processes(proc.pid, role) for role in ("RolloutWorker", "RewardActor")]
+    assert all(killed), f"role processes not found: {killed}"
+    for procs in killed:
+        procs[0].kill()
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+
+    recs = read_metrics(tmp_path / "tiny-text")
+    assert [r["step"] for r in recs] == [1, 2, 3, 4]
+    assert recs[-1]["errors/rollout_restarts"] >= 1
+    # every rollout was reported to the curriculum exactly once: attempts = groups x n
+    from rlcs.curriculum.persistence import load_curriculum
+
+    cur = load_curriculum(tmp_path / "tiny-text", attach=False)
+    assert int(cur.attempts.sum()) == n * int(sum(r["curriculum/groups"] for r in recs))
+    assert "restarted" in err
 
 
 @pytest.mark.slow
