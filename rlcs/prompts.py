@@ -119,6 +119,61 @@ def plan_continuation(
     return Continuation(tuple(force_ids), budget.max_answer_tokens, forced=True)
 
 
+@dataclass(frozen=True)
+class BudgetRule:
+    """The same budgets as ``plan_continuation``, applied token by token inside one pass.
+
+    An engine that can force tokens mid-generation (the HF engine) asks ``next_action`` before
+    every token of a row and so needs no second pass: no second prefill of the prompt and its
+    images. The rollouts it allows are exactly the two-pass ones: ``max_think_tokens`` in the
+    first stretch, whatever they hold; if the model wrote ``</think>`` in it, more tokens until
+    ``max_answer_tokens`` follow the close; if not, ``</think><answer>`` forced (or a stop
+    without ``force_answer``) and then ``max_answer_tokens``.
+    """
+
+    budget: Budget
+    think_close: int
+    force_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.force_ids) != 2 or self.force_ids[0] != self.think_close:
+            raise ValueError(
+                f"force ids must be </think> ({self.think_close}) then <answer>, got {self.force_ids}"
+            )
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest rollout the rule allows (the forced markers included)."""
+        b = self.budget
+        return b.max_answer_tokens if b.nothink else b.max_think_tokens + 2 + b.max_answer_tokens
+
+    def next_action(self, generated: Sequence[int]) -> tuple[str, int | None]:
+        """What a row that has ``generated`` these tokens does next: ``("sample", None)``,
+        ``("force", token_id)`` or ``("stop", None)`` (the budget is spent; the row ends with
+        finish reason ``length``)."""
+        b, n = self.budget, len(generated)
+        if b.nothink:
+            return ("stop", None) if n >= b.max_answer_tokens else ("sample", None)
+        think = b.max_think_tokens
+        # A close the model wrote sits before the thinking budget; the forced one exactly at it.
+        close = next(
+            (i for i in range(min(n, think + 1)) if generated[i] == self.think_close), None
+        )
+        if close is None:
+            if n < think:
+                return ("sample", None)
+            return ("force", self.think_close) if b.force_answer else ("stop", None)
+        if close == think:  # forced: <answer> next, then the whole answer budget
+            if n == think + 1:
+                return ("force", self.force_ids[1])
+            answered = n - think - 2
+        else:
+            if n < think:  # the first pass's tokens, whatever they are
+                return ("sample", None)
+            answered = n - close - 1
+        return ("stop", None) if answered >= b.max_answer_tokens else ("sample", None)
+
+
 def force_answer_ids(tokenizer: Any) -> list[int]:
     """Token ids of ``</think><answer>``; they must be single tokens so the model sees the
     exact markers it was trained on."""

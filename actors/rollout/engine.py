@@ -1,7 +1,11 @@
 """What a rollout engine takes and returns; the vLLM and HF engines both implement this.
 
 The worker drives the think/answer passes; an engine only turns token prompts into sampled
-tokens with their logprobs, so both engines produce the same trajectories.
+tokens with their logprobs, so both engines produce the same trajectories. An engine that can
+force tokens mid-generation (the HF engine) may instead take the worker's ``BudgetRule`` and
+apply the same budgets in one pass: greedy rollouts are the same token for token, sampled ones
+draw the tokens after the thinking budget from the request's generator instead of a second
+pass's.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class GenResult:
     logprobs: list[float]
     finish_reason: str
     prompt_ids: list[int]
+    #: set by an engine that applied the budgets itself: ``</think><answer>`` was forced
+    forced_answer: bool = False
 
 
 class Engine(Protocol):

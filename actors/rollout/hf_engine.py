@@ -5,6 +5,11 @@ The tiny GLM-4.1V-architecture VLM runs here. Requests are generated in left-pad
 seeded generator inside a logits processor, so a rollout's tokens depend on its seed and its
 own logits only, not on which other requests share its batch (up to the last float bit of
 batched matmuls). Logprobs are the raw, pre-temperature ones, as vLLM reports by default.
+
+Given the worker's :class:`~rlcs.prompts.BudgetRule`, the same processor also applies the
+think/answer budgets token by token (forcing ``</think><answer>``, ending a row whose budget is
+spent), so a rollout takes one pass: the prompt and its images are prefilled once, not again
+for a second pass.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 from actors.rollout.engine import GenRequest, GenResult
 from actors.weights.base import tensor_checksum
 from actors.weights.receiver import StagedWeights
+from rlcs.prompts import BudgetRule
 
 
 def _is_glm4v(model_path: str) -> bool:
@@ -26,6 +32,9 @@ def _is_glm4v(model_path: str) -> bool:
 
 
 class HFEngine:
+    #: the worker may hand ``generate`` its BudgetRule: one pass per rollout
+    applies_budget = True
+
     def __init__(
         self,
         model_path: str,
@@ -79,7 +88,14 @@ class HFEngine:
         return enc["input_ids"][0].tolist(), mm
 
     @torch.inference_mode()
-    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+    def generate(
+        self, requests: list[GenRequest], rule: BudgetRule | None = None
+    ) -> list[GenResult]:
+        """Sample every request. With ``rule``, the think/answer budgets are applied inside
+        this one pass (each request's ``max_tokens`` is then the rule's) and a result says
+        whether its answer was forced."""
+        if rule is not None and any(r.extra_ids for r in requests):
+            raise ValueError("a budgeted pass starts at the prompt: requests carry no extra_ids")
         out: list[GenResult | None] = [None] * len(requests)
         # Batches of like requests: image or text, then similar budgets and prompt lengths.
         order = sorted(
@@ -93,11 +109,12 @@ class HFEngine:
             group = [i for i in order if bool(requests[i].mm_inputs) == with_images]
             for start in range(0, len(group), self.batch_size):
                 chunk = group[start : start + self.batch_size]
-                for i, res in zip(chunk, self._batch([requests[i] for i in chunk]), strict=True):
+                results = self._batch([requests[i] for i in chunk], rule)
+                for i, res in zip(chunk, results, strict=True):
                     out[i] = res
         return out  # type: ignore[return-value]
 
-    def _batch(self, reqs: list[GenRequest]) -> list[GenResult]:
+    def _batch(self, reqs: list[GenRequest], rule: BudgetRule | None) -> list[GenResult]:
         rows = [r.prompt_ids + r.extra_ids for r in reqs]
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -117,10 +134,11 @@ class HFEngine:
             for b, r in enumerate(reqs):
                 types[b, width - len(r.extra_ids) :] = 0
             kwargs["mm_token_type_ids"] = (types * mask).to(self.device)
-        sampler = _RowSampler(reqs, self.suppress)
+        max_new = rule.max_tokens if rule else max(r.max_tokens for r in reqs)
+        sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule)
         seqs = self.model.generate(
             ids.to(self.device),
-            max_new_tokens=max(r.max_tokens for r in reqs),
+            max_new_tokens=max_new,
             eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id,
             logits_processor=[sampler],
@@ -133,12 +151,17 @@ class HFEngine:
         results = []
         stops = set(self.stop_ids)
         for b, r in enumerate(reqs):
-            new = seqs[b, width:].tolist()[: r.max_tokens]
-            end = next((k + 1 for k, tok in enumerate(new) if tok in stops), len(new))
-            new = new[:end]
+            new = seqs[b, width:].tolist()
+            if rule is None:
+                new = new[: r.max_tokens]
+            if sampler.cut[b] is not None:  # the budget ended it: drop the stop token put there
+                new = new[: sampler.cut[b]]
+            else:
+                end = next((k + 1 for k, tok in enumerate(new) if tok in stops), len(new))
+                new = new[:end]
             logprobs = [sampler.logprobs[k][b] for k in range(len(new))]
-            reason = "stop" if new and new[-1] in stops else "length"
-            results.append(GenResult(new, logprobs, reason, list(r.prompt_ids)))
+            reason = "stop" if new and new[-1] in stops and sampler.cut[b] is None else "length"
+            results.append(GenResult(new, logprobs, reason, list(r.prompt_ids), sampler.forced[b]))
         return results
 
     def stage_weights(self, kind: str, payload: Any, version: str) -> int:
@@ -178,36 +201,94 @@ class HFEngine:
 
 
 class _RowSampler:
-    """A logits processor that picks every row's next token itself, from the row's own seeded
-    generator (temperature and top_p per row; 0 temperature is argmax), records the token's raw
-    logprob, and leaves only that token open, so ``generate``'s greedy step takes it."""
+    """A logits processor that picks every row's next token itself and leaves only that token
+    open, so ``generate``'s greedy step takes it. It records each token's raw logprob.
 
-    def __init__(self, reqs: list[GenRequest], suppress: list[int] | None):
+    Every row draws from its own seeded stream of uniforms (inverse-CDF sampling at the row's
+    temperature and top_p; 0 temperature is argmax), so a row's tokens do not depend on the
+    other rows of its batch, and all rows are sampled in a few batched tensor operations.
+
+    With a :class:`BudgetRule` it asks the rule first: a forced token is taken with logprob 0.0
+    (chosen by the budget, not sampled: the worker's convention), and a row whose budget is
+    spent is given a stop token, which ``cut`` marks for removal."""
+
+    def __init__(
+        self,
+        reqs: list[GenRequest],
+        suppress: list[int] | None,
+        stop_ids: list[int],
+        max_new_tokens: int,
+        rule: BudgetRule | None = None,
+    ):
         self.reqs = reqs
         self.suppress = suppress
-        self.gens = [torch.Generator().manual_seed(r.seed) for r in reqs]
+        self.rule = rule
+        self.stops = set(stop_ids)
+        self.stop_id = stop_ids[0]
+        self.temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32)
+        self.top_p = torch.tensor([r.top_p for r in reqs], dtype=torch.float32)
+        self.uniforms = torch.stack(
+            [
+                torch.rand(max_new_tokens, generator=torch.Generator().manual_seed(r.seed))
+                for r in reqs
+            ]
+        )
         self.logprobs: list[list[float]] = []
+        self.tokens: list[list[int]] = [[] for _ in reqs]
+        self.done = [False] * len(reqs)
+        self.cut: list[int | None] = [None] * len(reqs)
+        self.forced = [False] * len(reqs)
+
+    def _sample(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        """One token per row: argmax where the temperature is 0, else a draw at the row's
+        temperature and top_p with the row's uniform for this step."""
+        greedy = logits.argmax(-1)
+        hot = self.temps > 0
+        if not bool(hot.any()):
+            return greedy
+        probs = torch.softmax(logits / torch.where(hot, self.temps, 1.0)[:, None], -1)
+        if bool((self.top_p < 1.0).any()):
+            sorted_p, idx = probs.sort(-1, descending=True)
+            # keep the smallest head whose mass reaches top_p (always the first token)
+            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p[:, None]
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p.masked_fill(drop, 0.0))
+        cdf = probs.cumsum(-1)
+        u = self.uniforms[:, step : step + 1] * cdf[:, -1:]
+        drawn = torch.searchsorted(cdf, u, right=True)[:, 0]
+        # a draw past the last float of the cdf falls on the last token that has mass
+        last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.int64).argmax(-1)
+        drawn = torch.minimum(drawn, last)
+        return torch.where(hot, drawn, greedy)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        raw = scores.float()
+        raw = scores.float().cpu()
         logp = torch.log_softmax(raw, -1)
         logits = raw.clone()
         if self.suppress:
             logits[:, self.suppress] = float("-inf")
-        picks = []
-        for b, r in enumerate(self.reqs):
-            if r.temperature <= 0:
-                picks.append(int(logits[b].argmax()))
+        step = len(self.logprobs)
+        sampled = self._sample(logits, step).tolist()
+        picks, decided = [], []
+        for b in range(len(self.reqs)):
+            if self.done[b]:  # generate pads the row from here on; nothing to sample
+                picks.append(self.stop_id)
+                decided.append(True)
                 continue
-            probs = torch.softmax(logits[b] / r.temperature, -1)
-            if r.top_p < 1.0:
-                sorted_p, idx = probs.sort(descending=True)
-                # keep the smallest head whose mass reaches top_p (always the first token)
-                drop = sorted_p.cumsum(0) - sorted_p >= r.top_p
-                probs = probs.scatter(0, idx[drop], 0.0)
-            picks.append(int(torch.multinomial(probs.cpu(), 1, generator=self.gens[b])))
-        chosen = torch.tensor(picks, device=scores.device)
-        self.logprobs.append(logp.gather(1, chosen[:, None])[:, 0].tolist())
+            action, tok = self.rule.next_action(self.tokens[b]) if self.rule else ("sample", None)
+            if action == "stop":
+                self.cut[b] = len(self.tokens[b])
+                tok = self.stop_id
+            elif action == "force":
+                self.forced[b] = True
+            else:
+                tok = sampled[b]
+            picks.append(tok)
+            decided.append(action != "sample")
+            self.tokens[b].append(tok)
+            self.done[b] = tok in self.stops
+        chosen = torch.tensor(picks)
+        lps = logp.gather(1, chosen[:, None])[:, 0].tolist()
+        self.logprobs.append([0.0 if d else lp for lp, d in zip(lps, decided, strict=True)])
         forced = torch.full_like(scores, float("-inf"))
-        forced.scatter_(1, chosen[:, None], 0.0)
+        forced.scatter_(1, chosen[:, None].to(scores.device), 0.0)
         return forced

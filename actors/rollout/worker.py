@@ -6,6 +6,9 @@ It renders each item's chat prompt once (text and images, ``/nothink`` if config
 without ``</think>`` get ``</think><answer>`` appended and continue for the answer budget
 (``forced_answer=True``). The two inserted tokens get logprob 0.0: they were chosen with
 certainty by the worker, not sampled, and a learner can find them by ``forced_answer``.
+
+On vLLM that takes two passes (the second for the rollouts that need one); the HF engine
+applies the same :class:`~rlcs.prompts.BudgetRule` inside one pass.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ import ray
 from actors.rollout.engine import GenRequest
 from rlcs.config import RolloutConfig
 from rlcs.data import Item, Trajectory, decode_image
-from rlcs.prompts import Budget, force_answer_ids, plan_continuation, render_prompt, think_close_id
+from rlcs.prompts import (
+    Budget,
+    BudgetRule,
+    force_answer_ids,
+    plan_continuation,
+    render_prompt,
+    think_close_id,
+)
 
 
 def request_seed(seed: int, step: int, item_id: str, k: int) -> int:
@@ -61,6 +71,7 @@ class RolloutWorkerImpl:
             self.cfg.force_answer,
             self.cfg.nothink,
         )
+        self.rule = BudgetRule(self.budget, self.think_close, tuple(self.force_ids))
         self._step = 0
         common = dict(stop_ids=self.stop_ids, dtype=dtype)
         if self.cfg.engine == "vllm":
@@ -107,6 +118,8 @@ class RolloutWorkerImpl:
         if step is None:
             step, self._step = self._step, self._step + 1
         base = Path(base_dir) if base_dir else Path.cwd()
+        one_pass = getattr(self.engine, "applies_budget", False)
+        first_tokens = self.rule.max_tokens if one_pass else self.budget.first_pass_tokens
         reqs: list[GenRequest] = []
         owners: list[str] = []
         for item in items:
@@ -116,11 +129,13 @@ class RolloutWorkerImpl:
             for k in range(n):
                 seed = request_seed(self.cfg.seed, step, item.id, k)
                 reqs.append(
-                    GenRequest(ids, self.budget.first_pass_tokens, seed, text, images, mm,
+                    GenRequest(ids, first_tokens, seed, text, images, mm,
                                temperature=temp, top_p=self.cfg.top_p)
                 )  # fmt: skip
                 owners.append(item.id)
         t1 = time.perf_counter()
+        if one_pass:
+            return self._one_pass(reqs, owners, t0, t1)
         first = self.engine.generate(reqs)
         t2 = time.perf_counter()
         second_reqs, second_of, forced = [], {}, {}
@@ -180,6 +195,28 @@ class RolloutWorkerImpl:
                 )
             )
         return out
+
+    def _one_pass(
+        self, reqs: list[GenRequest], owners: list[str], t0: float, t1: float
+    ) -> list[Trajectory]:
+        """The budgets applied by the engine itself: one generation pass, no second prefill."""
+        results = self.engine.generate(reqs, rule=self.rule)
+        t2 = time.perf_counter()
+        timings = {"render_s": t1 - t0, "first_pass_s": t2 - t1, "second_pass_s": 0.0,
+                   "batch_s": t2 - t0}  # fmt: skip
+        return [
+            Trajectory(
+                item_id=item_id,
+                response=self.tokenizer.decode(res.token_ids, skip_special_tokens=True),
+                token_ids=list(res.token_ids),
+                logprobs=list(res.logprobs),
+                finish_reason=res.finish_reason,
+                forced_answer=res.forced_answer,
+                prompt_token_ids=list(res.prompt_ids),
+                timings=dict(timings),
+            )
+            for item_id, res in zip(owners, results, strict=True)
+        ]
 
     # --- weights ----------------------------------------------------------------------------
 

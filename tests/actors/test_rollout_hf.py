@@ -206,3 +206,69 @@ def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image
         assert torch.allclose(torch.tensor(one.logprobs), torch.tensor(many.logprobs), atol=1e-4)
     # sampling really happened: the three rollouts of an item differ
     assert len({tuple(t.token_ids) for t in runs[64] if t.item_id == "t2"}) > 1
+
+
+def _sampler(temps, top_ps=None, suppress=None, seeds=None, stop_ids=(0,), rule=None, steps=4):
+    from actors.rollout.engine import GenRequest
+    from actors.rollout.hf_engine import _RowSampler
+
+    top_ps = top_ps or [1.0] * len(temps)
+    seeds = seeds or list(range(len(temps)))
+    reqs = [
+        GenRequest([1], steps, seed, temperature=t, top_p=p)
+        for t, p, seed in zip(temps, top_ps, seeds, strict=True)
+    ]
+    return _RowSampler(reqs, suppress, list(stop_ids), steps, rule)
+
+
+def test_row_sampler_draws_from_the_tempered_distribution():
+    """Inverse-CDF draws from each row's own uniforms: over many seeded rows the frequencies
+    are softmax(logits / T); top_p keeps the head only; suppressed tokens never come."""
+    rows = 4000
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0]).repeat(rows, 1)
+    want = torch.softmax(logits[0] / 0.7, -1)
+    picks = torch.tensor([_sampler([0.7] * rows, steps=1)._sample(logits, 0).tolist()]).flatten()
+    freq = torch.bincount(picks, minlength=5).float() / rows
+    assert torch.allclose(freq, want, atol=0.025), (freq, want)
+
+    # top_p 0.8 at T=1: the head 0.47 + 0.17 < 0.8 <= 0.47 + 0.17 + 0.10 keeps three tokens
+    p = torch.softmax(logits[0], -1)
+    head = p[:3] / p[:3].sum()
+    s = _sampler([1.0] * rows, top_ps=[0.8] * rows, steps=1)
+    freq = torch.bincount(s._sample(logits, 0), minlength=5).float() / rows
+    assert freq[3:].sum() == 0 and torch.allclose(freq[:3], head, atol=0.025), (freq, head)
+
+    s = _sampler([1.0] * rows, suppress=[0], steps=1)
+    masked = logits.clone()
+    masked[:, 0] = float("-inf")
+    assert 0 not in s._sample(masked, 0).tolist()
+
+
+def test_row_sampler_rows_do_not_depend_on_their_batch():
+    logits = torch.randn(3, 11, generator=torch.Generator().manual_seed(0))
+    together = _sampler([0.9, 0.0, 1.3], seeds=[7, 8, 9])._sample(logits, 2)
+    for b, (t, seed) in enumerate(zip([0.9, 0.0, 1.3], [7, 8, 9], strict=True)):
+        alone = _sampler([t], seeds=[seed])._sample(logits[b : b + 1], 2)
+        assert alone.item() == together[b].item()
+    assert together[1].item() == logits[1].argmax().item()
+
+
+def test_row_sampler_applies_the_budget_rule():
+    """The rule's forced tokens get logprob 0.0, and a spent budget ends the row with a stop
+    token that ``cut`` marks for removal."""
+    from rlcs.prompts import Budget, BudgetRule
+
+    close, answer, stop = 5, 6, 0
+    rule = BudgetRule(Budget(2, 1), close, (close, answer))
+    s = _sampler([0.0], stop_ids=[stop], rule=rule, steps=rule.max_tokens + 1)
+    logits = torch.zeros(1, 8)
+    logits[0, 3] = 4.0  # greedy always says 3: it never closes the think
+    for _ in range(rule.max_tokens + 1):
+        out = s(torch.zeros(1, 1, dtype=torch.long), logits.clone())
+        if s.done[0]:
+            break
+    assert s.tokens[0] == [3, 3, close, answer, 3, stop]
+    assert s.cut[0] == 5 and s.forced[0]
+    lps = [step[0] for step in s.logprobs]
+    assert lps[2:4] == [0.0, 0.0] and all(lp < 0 for lp in lps[:2] + lps[4:5])
+    assert out[0].argmax().item() == stop

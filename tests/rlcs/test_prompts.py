@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rlcs.data import Item
 from rlcs.prompts import (
     Budget,
+    BudgetRule,
     Continuation,
     balance,
     build_messages,
@@ -88,3 +91,61 @@ def test_balance_spreads_long_prompts():
     loads = [sum([100, 90, 10, 10, 5, 5][i] for i in g) for g in groups]
     assert sorted(i for g in groups for i in g) == list(range(6))
     assert abs(loads[0] - loads[1]) <= 10
+
+
+STOP = 97
+
+
+def _two_pass(stream, budget):
+    """The worker's two passes over a model whose next token depends only on the length so far."""
+
+    def gen(seq, k):
+        out = []
+        while len(out) < k and (not out or out[-1] != STOP):
+            out.append(stream[len(seq) + len(out)])
+        return out
+
+    first = gen([], budget.first_pass_tokens)
+    reason = "stop" if first and first[-1] == STOP else "length"
+    cont = plan_continuation(first, reason, budget, CLOSE, FORCE)
+    if cont is None:
+        return first, reason
+    seq = first + list(cont.append_ids)
+    more = gen(seq, cont.max_tokens)
+    return seq + more, "stop" if more and more[-1] == STOP else "length"
+
+
+def _one_pass(stream, rule):
+    seq = []
+    while True:
+        action, tok = rule.next_action(seq)
+        if action == "stop":
+            return seq, "length"
+        seq.append(tok if action == "force" else stream[len(seq)])
+        if seq[-1] == STOP:
+            return seq, "stop"
+
+
+@pytest.mark.parametrize(
+    "budget", [B, Budget(10, 5, force_answer=False), Budget(10, 5, nothink=True), Budget(3, 1)]
+)
+def test_budget_rule_allows_exactly_the_two_pass_rollouts(budget):
+    rule = BudgetRule(budget, CLOSE, FORCE)
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(2000):
+        # a close and a stop each at a random place (or nowhere) in a stream of ordinary tokens
+        stream = [rng.randint(1, 9) for _ in range(40)]
+        for tok in (CLOSE, STOP):
+            if rng.random() < 0.7:
+                stream[rng.randrange(len(stream))] = tok
+        got = _one_pass(stream, rule)
+        assert got == _two_pass(stream, budget), stream
+        assert len(got[0]) <= rule.max_tokens
+        seen.add((got[1], CLOSE in got[0]))
+    assert len(seen) >= (2 if budget.nothink else 3), seen  # stops, truncations, closes all met
+
+
+def test_budget_rule_refuses_force_ids_that_do_not_close_the_think():
+    with pytest.raises(ValueError, match="force ids"):
+        BudgetRule(B, CLOSE, (98, 99))
