@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from actors.rollout.engine import GenRequest
+from actors.rollout.engine import GenRequest, GenResult
 from rlcs.config import RolloutConfig
 from rlcs.data import Item, Trajectory, decode_image
 from rlcs.prompts import (
@@ -134,11 +134,33 @@ class RolloutWorkerImpl:
                 )  # fmt: skip
                 owners.append(item.id)
         t1 = time.perf_counter()
-        if one_pass:
-            return self._one_pass(reqs, owners, t0, t1)
+        if one_pass:  # the engine applies the budgets itself: no second prefill
+            results, t2 = self.engine.generate(reqs, rule=self.rule), time.perf_counter()
+        else:
+            results, t2 = self._two_passes(reqs, temp)
+        t3 = time.perf_counter()
+        timings = {"render_s": t1 - t0, "first_pass_s": t2 - t1, "second_pass_s": t3 - t2,
+                   "batch_s": t3 - t0}  # fmt: skip
+        return [
+            Trajectory(
+                item_id=item_id,
+                response=self.tokenizer.decode(res.token_ids, skip_special_tokens=True),
+                token_ids=list(res.token_ids),
+                logprobs=list(res.logprobs),
+                finish_reason=res.finish_reason,
+                forced_answer=res.forced_answer,
+                prompt_token_ids=list(res.prompt_ids),
+                timings=dict(timings),
+            )
+            for item_id, res in zip(owners, results, strict=True)
+        ]
+
+    def _two_passes(self, reqs: list[GenRequest], temp: float) -> tuple[list[GenResult], float]:
+        """The thinking budget's pass, then one batch continuing the rollouts that need it
+        (``plan_continuation``); returns the joined results and when the first pass ended."""
         first = self.engine.generate(reqs)
         t2 = time.perf_counter()
-        second_reqs, second_of, forced = [], {}, {}
+        second_reqs, second_of, plans = [], {}, {}
         for i, (req, res) in enumerate(zip(reqs, first, strict=True)):
             cont = plan_continuation(
                 res.token_ids, res.finish_reason, self.budget, self.think_close, self.force_ids
@@ -148,7 +170,7 @@ class RolloutWorkerImpl:
             extra = res.token_ids + list(cont.append_ids)
             prompt_ids = res.prompt_ids if req.images and not req.mm_inputs else req.prompt_ids
             second_of[i] = len(second_reqs)
-            forced[i] = cont
+            plans[i] = cont
             second_reqs.append(
                 GenRequest(
                     prompt_ids,
@@ -163,60 +185,22 @@ class RolloutWorkerImpl:
                 )
             )
         second = self.engine.generate(second_reqs)
-        t3 = time.perf_counter()
-        out = []
-        for i, (item_id, res) in enumerate(zip(owners, first, strict=True)):
-            tokens, lps, reason, was_forced = (
-                list(res.token_ids),
-                list(res.logprobs),
-                res.finish_reason,
-                False,
-            )
-            if i in second_of:
-                cont, res2 = forced[i], second[second_of[i]]
-                tokens += list(cont.append_ids) + res2.token_ids
-                lps += [0.0] * len(cont.append_ids) + res2.logprobs
-                reason, was_forced = res2.finish_reason, cont.forced
-            out.append(
-                Trajectory(
-                    item_id=item_id,
-                    response=self.tokenizer.decode(tokens, skip_special_tokens=True),
-                    token_ids=tokens,
-                    logprobs=lps,
-                    finish_reason=reason,
-                    forced_answer=was_forced,
-                    prompt_token_ids=list(res.prompt_ids),
-                    timings={
-                        "render_s": t1 - t0,
-                        "first_pass_s": t2 - t1,
-                        "second_pass_s": t3 - t2,
-                        "batch_s": t3 - t0,
-                    },
+        joined = []
+        for i, res in enumerate(first):
+            if i not in second_of:
+                joined.append(res)
+                continue
+            cont, res2 = plans[i], second[second_of[i]]
+            joined.append(
+                GenResult(
+                    list(res.token_ids) + list(cont.append_ids) + list(res2.token_ids),
+                    list(res.logprobs) + [0.0] * len(cont.append_ids) + list(res2.logprobs),
+                    res2.finish_reason,
+                    res.prompt_ids,
+                    forced_answer=cont.forced,
                 )
             )
-        return out
-
-    def _one_pass(
-        self, reqs: list[GenRequest], owners: list[str], t0: float, t1: float
-    ) -> list[Trajectory]:
-        """The budgets applied by the engine itself: one generation pass, no second prefill."""
-        results = self.engine.generate(reqs, rule=self.rule)
-        t2 = time.perf_counter()
-        timings = {"render_s": t1 - t0, "first_pass_s": t2 - t1, "second_pass_s": 0.0,
-                   "batch_s": t2 - t0}  # fmt: skip
-        return [
-            Trajectory(
-                item_id=item_id,
-                response=self.tokenizer.decode(res.token_ids, skip_special_tokens=True),
-                token_ids=list(res.token_ids),
-                logprobs=list(res.logprobs),
-                finish_reason=res.finish_reason,
-                forced_answer=res.forced_answer,
-                prompt_token_ids=list(res.prompt_ids),
-                timings=dict(timings),
-            )
-            for item_id, res in zip(owners, results, strict=True)
-        ]
+        return joined, t2
 
     # --- weights ----------------------------------------------------------------------------
 
