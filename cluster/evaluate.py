@@ -46,7 +46,16 @@ def evaluate_live(roles: Any, items: list[Item], timeout_s: float) -> dict[str, 
 @contextmanager
 def rollout_worker(model_path: str | Path, rollout: RolloutConfig, num_cpus: float):
     """A rollout worker of its own for ``model_path`` that reserves ``num_cpus`` and runs that
-    many threads (rounded, at least one); killed on leaving, also on failure."""
+    many threads (rounded, at least one); killed on leaving, also on failure.
+
+    Needs a Ray connection (``cluster.train.connect_ray``): left to itself, Ray would join
+    whatever cluster is running on this machine, or start one with every core.
+    """
+    if not ray.is_initialized():
+        raise RuntimeError(
+            "held-out evaluation needs a Ray connection: call cluster.train.connect_ray(cfg) "
+            "(or ray.init) first, so that it runs on the cluster you chose"
+        )
     worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
         str(model_path), rollout.model_dump()
     )

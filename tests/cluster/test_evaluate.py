@@ -19,6 +19,16 @@ def test_summarize_counts_only_full_rewards_as_passes_and_averages_domains():
     assert list(out) == ["grounding", "math", "all"]
 
 
+def test_evaluate_without_a_ray_connection_says_so_instead_of_joining_any_cluster(
+    monkeypatch, tmp_path
+):
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a Ray connection.*connect_ray"):
+        evaluate(tmp_path / "no-model", [], RolloutConfig(engine="hf"))
+
+
 @pytest.fixture(scope="module")
 def ray_two_cpus():
     import ray
