@@ -10,7 +10,11 @@ all-correct or all-wrong groups, as in GRPO. Every policy trains on the same num
 per iteration and may roll out at most ``expansion_cap`` times that many prompts. We count
 iterations until the mean true success probability over all items reaches 80%.
 
-Usage: python benchmarks/curriculum_scale.py [--items 10000000] [--seeds 5]
+``--subcategories K`` gives every domain K subcategories and turns ``subcategory_prior`` on:
+the items never drawn and without a grade then follow their subcategory's pass rate, and
+``next_batch`` (which closes the previous iteration) includes that update.
+
+Usage: python benchmarks/curriculum_scale.py [--items 10000000] [--seeds 5] [--subcategories 0]
 """
 
 from __future__ import annotations
@@ -34,19 +38,26 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def scale(n_items: int, rounds: int, group: int) -> dict[str, float]:
+def scale(n_items: int, rounds: int, group: int, subcategories: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(0)
     gc.collect()
     base = rss_bytes()
     domains = rng.integers(0, 6, n_items, dtype=np.uint8)
     offline = rng.random(n_items, dtype=np.float32).astype(np.float16)
     offline[rng.random(n_items) < 0.3] = np.nan  # a third of the items come without a grade
+    cats = {}
+    if subcategories:
+        codes = domains.astype(np.uint16) * subcategories
+        codes += rng.integers(0, subcategories, n_items, dtype=np.uint16)
+        cats = {"categories": codes,
+                "category_names": [f"sub{i}" for i in range(6 * subcategories)]}  # fmt: skip
     t0 = time.perf_counter()
     cur = Curriculum(
         domains,
-        CurriculumConfig(),
+        CurriculumConfig(subcategory_prior=bool(subcategories)),
         domain_names=["math", "chart", "ocr", "grounding", "gui", "vqa"],
         offline=offline,
+        **cats,
     )
     init_s = time.perf_counter() - t0
     for zeroed in (cur.attempts, cur.successes, cur.ema, cur._reported):
@@ -172,8 +183,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=1000, help="next_batch calls to time")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--subcategories", type=int, default=0, metavar="K")
     args = parser.parse_args()
-    result = scale(args.items, args.rounds, group=8)
+    result = scale(args.items, args.rounds, group=8, subcategories=args.subcategories)
     gc.collect()
     sims = {}
     for policy in ("uniform", "dapo_filter", "rlcs"):

@@ -119,6 +119,7 @@ def run_iteration(
         closed = ray.get(roles.sampler.end_iteration.remote())
         stats = ray.get(roles.sampler.stats.remote())
     stats["tier_pass_rate"] = closed.get("tier_pass_rate", {})
+    stats["subcategory_pass_rate"] = closed.get("subcategory_pass_rate", {})
     wall = time.perf_counter() - t_start
     metrics = _metrics(roles, trajs, items, report, learn, stats, timings, wall)
     samples = [
@@ -157,6 +158,8 @@ def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[s
         m[f"curriculum/tier/{tier}"] = float(count)
     for tier, rate in stats["tier_pass_rate"].items():
         m[f"pass_rate/tier/{tier}"] = rate
+    for name, rate in stats.get("subcategory_pass_rate", {}).items():
+        m[f"pass_rate/subcategory/{name}"] = rate
     for key in ("loss", "tokens", "clipped", "grad_norm", "lr", "zero_advantage_samples"):
         if isinstance(learn.get(key), (int, float)):
             m[key] = float(learn[key])

@@ -159,6 +159,11 @@ class CurriculumConfig(Section):
     offline_prior_weight: float = Field(
         4.0, ge=0.0, description="Pseudo-attempts given to the dataset's offline difficulty."
     )
+    subcategory_prior: bool = Field(
+        False,
+        description="An item never drawn and without offline grade takes the recent pass rate "
+        "of its subcategory (meta.subcategory; its domain if none), and so its tier.",
+    )
     success_threshold: float = Field(
         0.5, ge=0.0, le=1.0, description="A rollout with reward >= this counts as a success."
     )

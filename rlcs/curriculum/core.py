@@ -4,6 +4,13 @@ Per item it keeps compact arrays (about 30 bytes resident per item in all): doma
 pass rate, attempts, successes, the EMA pass rate, the last iteration it was sampled in, its
 tier, and its slot in the (domain, tier) index pools. Items are indices ``0..N-1``; string ids
 are an optional mapping supplied by the caller.
+
+Items may also name a subcategory of their domain (a math item's operation, a GUI page's size).
+With ``subcategory_prior``, an item with no evidence of its own (never drawn, no offline grade)
+takes its subcategory's recent pass rate, and so its tier: the tier weights then move whole
+subcategories from what their drawn items scored (the paper's re-weighting of per-domain
+subcategories). That costs O(subcategories) an iteration, plus one scan of a pool when a
+subcategory changes tier.
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ class Curriculum:
         offline: Sequence[float] | np.ndarray | None = None,
         ids: Sequence[str] | None = None,
         domain_weights: dict[str, float] | None = None,
+        categories: Sequence[int] | np.ndarray | None = None,
+        category_names: Sequence[str] | None = None,
     ):
-        """``domains``: each item's domain code; ``offline``: its offline pass rate or NaN."""
+        """``domains``: each item's domain code; ``offline``: its offline pass rate or NaN;
+        ``categories``: its subcategory code (names in ``category_names``), each subcategory
+        within one domain; without them each domain is one subcategory."""
         self.config = config or CurriculumConfig()
         self.scheme = TierScheme.from_config(self.config)
         self.domain = np.asarray(domains, dtype=np.uint8)
@@ -61,6 +72,7 @@ class Curriculum:
         self.offline = (
             np.full(n, np.nan, np.float16) if offline is None else np.asarray(offline, np.float16)
         )
+        self._set_categories(categories, category_names)
         self.attempts = np.zeros(n, np.uint32)
         self.successes = np.zeros(n, np.uint32)
         self.ema = np.zeros(n, np.float16)
@@ -100,11 +112,49 @@ class Curriculum:
             self.domain_share = np.array([weights.get(d, 0.0) for d in self.domain_names])
         self.domain_share = np.where(counts > 0, self.domain_share, 0.0)
 
+    def _set_categories(self, categories, names) -> None:
+        n = self.num_items
+        if categories is None:
+            self.category = self.domain  # one subcategory per domain, no extra bytes
+            self.category_names = list(self.domain_names)
+            self.category_domain = np.arange(len(self.domain_names), dtype=np.int64)
+        else:
+            self.category = np.asarray(categories, np.uint16)
+            if len(self.category) != n:
+                raise ValueError(f"{n} items but {len(self.category)} subcategory codes")
+            self.category_names = list(names or [])
+            used = int(self.category.max()) + 1 if n else 0
+            if len(self.category_names) < used:
+                raise ValueError(f"{used} subcategory codes but {len(self.category_names)} names")
+            pairs = np.unique(self.category.astype(np.int64) * 256 + self.domain)
+            cats, doms = pairs // 256, pairs % 256
+            split = cats[1:][cats[1:] == cats[:-1]]
+            if len(split):
+                raise ValueError(
+                    f"subcategory {self.category_names[split[0]]!r} has items in more than one domain"
+                )
+            self.category_domain = np.zeros(len(self.category_names), np.int64)
+            self.category_domain[cats] = doms
+        # each subcategory's pass rate over recent iterations (NaN until one of its items is
+        # drawn), and how many of its items have no evidence of their own
+        self.category_rate = np.full(len(self.category_names), np.nan)
+        self._leaning = np.bincount(
+            self.category[np.isnan(self.offline)], minlength=len(self.category_names)
+        ).astype(np.int64)
+
     def pass_rate(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Each item's current pass rate: offline and online evidence merged (NaN: unseen)."""
-        return merged_pass_rate(
+        """Each item's current pass rate: offline and online evidence merged (NaN: unseen).
+
+        With ``subcategory_prior``, an item with neither kind of evidence takes its
+        subcategory's recent pass rate.
+        """
+        p = merged_pass_rate(
             self.offline[idx], self.attempts[idx], self.ema[idx], self.config.offline_prior_weight
         )
+        if self.config.subcategory_prior:
+            lean = np.isnan(p)
+            p[lean] = self.category_rate[self.category[idx][lean]]
+        return p
 
     def _keys(self, tiers: np.ndarray, domains: np.ndarray) -> np.ndarray:
         return domains.astype(np.int64) * self.scheme.num_tiers + tiers
@@ -139,6 +189,8 @@ class Curriculum:
         """Bytes held for the items: every per-item array plus the pools' capacity."""
         arrays = (self.domain, self.offline, self.attempts, self.successes, self.ema)
         arrays += (self.last_seen, self.tier, self._reported)
+        if self.category is not self.domain:
+            arrays += (self.category,)
         ids = 0 if self.ids is None else self.ids.nbytes
         return sum(a.nbytes for a in arrays) + self.pools.nbytes() + ids
 
@@ -260,6 +312,9 @@ class Curriculum:
         d = self.domain[idx]
         rate = succ / np.maximum(sizes, 1)
         first = self.attempts[idx] == 0
+        # items with evidence of their own from now on
+        own = first & (sizes > 0) & np.isnan(self.offline[idx])
+        np.subtract.at(self._leaning, self.category[idx[own]], 1)
         alpha = self.config.pass_rate_ema
         ema = np.where(first, rate, (1 - alpha) * self.ema[idx] + alpha * rate)
         self.ema[idx] = ema.astype(np.float16)
@@ -288,8 +343,42 @@ class Curriculum:
         np.add.at(acc["groups"], (d, t_old), 1)
         np.add.at(acc["rollouts"], (d, t_old), sizes)
         np.add.at(acc["successes"], (d, t_old), succ)
+        np.add.at(acc["category_rollouts"], self.category[idx], sizes)
+        np.add.at(acc["category_successes"], self.category[idx], succ)
         acc["valid"] += int(expansion.valid_groups(succ, sizes).sum())
         acc["solved"] += int((succ > 0).sum())
+
+    def _update_categories(self) -> None:
+        """Blend this iteration's pass rate of every drawn subcategory into its recent rate;
+        its items without evidence of their own follow it, to a new tier if it changed."""
+        acc = self._acc
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = acc["category_successes"] / acc["category_rollouts"]
+        a = self.config.tier_rate_ema
+        c = np.flatnonzero(~np.isnan(rate))
+        old = self.category_rate[c]
+        new = np.where(np.isnan(old), rate[c], (1 - a) * old + a * rate[c])
+        self.category_rate[c] = new
+        count, dom = self._leaning[c], self.category_domain[c]
+        t_old, t_new = self.scheme.tier_of(old), self.scheme.tier_of(new)
+        had = ~np.isnan(old)
+        # the leaning items' share of the pool sums and of the histogram
+        np.add.at(self._sum_p, (dom[had], t_old[had]), -count[had] * old[had])
+        np.add.at(self._sum_p, (dom, t_new), count * new)
+        np.add.at(self.histogram, self._bins(old[had]), -count[had])
+        np.add.at(self.histogram, self._bins(new), count)
+        moving = (t_old != t_new) & (count > 0)
+        if not moving.any():
+            return
+        target = np.full(len(self.category_names), -1, np.int64)
+        target[c[moving]] = self._keys(t_new[moving], dom[moving])
+        for key in np.unique(self._keys(t_old[moving], dom[moving])).tolist():
+            members = self.pools.members(key).copy()
+            to = target[self.category[members]]
+            go = (to >= 0) & (self.attempts[members] == 0) & np.isnan(self.offline[members])
+            items, to = members[go], to[go]
+            self.pools.move(items, np.full(len(items), key), to)
+            self.tier[items] = to % self.scheme.num_tiers
 
     def select(self, successes: np.ndarray, sizes: np.ndarray, batch: int) -> np.ndarray:
         """Which scored groups to train on, by policy (indices into the reported groups)."""
@@ -305,6 +394,8 @@ class Curriculum:
         keys = ("sampled", "taken", "groups", "rollouts")
         self._acc = {k: np.zeros(shape, np.int64) for k in keys}
         self._acc["successes"] = np.zeros(shape, np.int64)
+        for k in ("category_rollouts", "category_successes"):
+            self._acc[k] = np.zeros(len(self.category_names), np.int64)
         self._acc["valid"] = 0
         self._acc["solved"] = 0
         if not hasattr(self, "_reported"):
@@ -331,6 +422,8 @@ class Curriculum:
         a = self.config.tier_rate_ema
         blended = np.where(np.isnan(self.observed), rate, (1 - a) * self.observed + a * rate)
         self.observed = np.where(np.isnan(rate), self.observed, blended)
+        if self.config.subcategory_prior:
+            self._update_categories()
         row = iteration_row(self, groups, valid_fraction)
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
             self.store.write_iteration(row, tier_rows(self))
@@ -341,6 +434,11 @@ class Curriculum:
             for t, name in enumerate(self.scheme.names)
             if rollouts[t]
         }
+        if self.category is not self.domain:  # and per subcategory, when items name them
+            cr, cs = acc["category_rollouts"], acc["category_successes"]
+            row["subcategory_pass_rate"] = {
+                name: float(cs[c] / cr[c]) for c, name in enumerate(self.category_names) if cr[c]
+            }
         self._reset_iteration()
         return row
 

@@ -17,7 +17,9 @@ def curriculum_from_items(
     config: CurriculumConfig | None = None,
     domain_weights: dict[str, float] | None = None,
 ) -> Curriculum:
-    """Domains become codes in first-seen order; ``difficulty`` becomes the offline pass rate."""
+    """Domains become codes in first-seen order; ``difficulty`` becomes the offline pass rate;
+    ``meta["subcategory"]`` names a subcategory of the item's domain (``domain/subcategory``;
+    the domain alone when an item names none)."""
     config = config or CurriculumConfig()
     scheme = TierScheme.from_config(config)
     names: dict[str, int] = {}
@@ -27,6 +29,15 @@ def curriculum_from_items(
     if len(names) > 256:
         raise ValueError(f"at most 256 domains, got {len(names)}")
     codes = np.array(codes, np.uint8)
+    categories: dict[str, int] = {}
+    cat_codes = []
+    for it in items:
+        sub = it.meta.get("subcategory")
+        cat_codes.append(
+            categories.setdefault(f"{it.domain}/{sub}" if sub else it.domain, len(categories))
+        )
+    if len(categories) > 65536:
+        raise ValueError(f"at most 65536 subcategories, got {len(categories)}")
     offline = np.array([scheme.offline_pass_rate(it.difficulty) for it in items], np.float32)
     return Curriculum(
         codes,
@@ -35,4 +46,6 @@ def curriculum_from_items(
         offline=offline,
         ids=[it.id for it in items],
         domain_weights=domain_weights,
+        categories=np.array(cat_codes, np.uint16),
+        category_names=list(categories),
     )

@@ -19,6 +19,8 @@ from rlcs.curriculum.tiers import TierScheme
 
 CURRICULUM_DIR = "curriculum"
 _ITEM_ARRAYS = ("domain", "offline", "attempts", "successes", "ema", "last_seen")
+_ACC_ARRAYS = ("sampled", "taken", "groups", "rollouts", "successes")
+_ACC_ARRAYS += ("category_rollouts", "category_successes")
 
 
 def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
@@ -33,8 +35,13 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         histogram=cur.histogram,
         domain_share=cur.domain_share,
         reported=np.flatnonzero(cur._reported),
+        category_rate=cur.category_rate,
+        category_domain=cur.category_domain,
+        leaning=cur._leaning,
     )
-    for key in ("sampled", "taken", "groups", "rollouts", "successes"):
+    if cur.category is not cur.domain:
+        arrays["category"] = cur.category
+    for key in _ACC_ARRAYS:
         arrays[f"acc_{key}"] = cur._acc[key]
     if cur.ids is not None:
         arrays["ids"] = cur.ids
@@ -44,6 +51,7 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         "num_items": cur.num_items,
         "config": cur.config.model_dump(mode="json"),
         "domain_names": cur.domain_names,
+        "category_names": cur.category_names,
         "tier_names": list(cur.scheme.names),
         "expansion_ratio": cur.expansion_ratio,
         "expansion_ema": cur.expansion_ema,
@@ -78,6 +86,14 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     for name in _ITEM_ARRAYS:
         setattr(cur, name, np.array(arrays[name]))
     cur.domain_names = list(meta["domain_names"])
+    if "category_rate" in arrays:
+        cur.category = np.array(arrays["category"]) if "category" in arrays else cur.domain
+        cur.category_names = list(meta["category_names"])
+        cur.category_domain = np.array(arrays["category_domain"], np.int64)
+        cur.category_rate = np.array(arrays["category_rate"], np.float64)
+        cur._leaning = np.array(arrays["leaning"], np.int64)
+    else:  # saved before subcategories: one per domain, no rates yet
+        cur._set_categories(None, None)
     cur.ids = np.array(arrays["ids"]) if "ids" in arrays else None
     cur._index = None
     cur.iteration = int(meta["iteration"])
@@ -93,8 +109,9 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     cur._reset_iteration()
     cur._reported[arrays["reported"]] = True
     cur._reported_idx = [np.array(arrays["reported"])]
-    for key in ("sampled", "taken", "groups", "rollouts", "successes"):
-        cur._acc[key] = np.array(arrays[f"acc_{key}"], np.int64)
+    for key in _ACC_ARRAYS:
+        if f"acc_{key}" in arrays:
+            cur._acc[key] = np.array(arrays[f"acc_{key}"], np.int64)
     cur._acc["valid"] = int(meta["valid"])
     cur._acc["solved"] = int(meta["solved"])
     cur._active = bool(meta["active"])

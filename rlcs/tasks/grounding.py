@@ -71,7 +71,7 @@ class GroundingTask(TaskGenerator):
             answer_text=str(norm).replace(" ", ""),
             reasoning=f"{color} {shape}, {where}",
             caption=_caption(drawn, self.size),
-            meta={"difficulty": difficulty},
+            meta={"difficulty": difficulty, "subcategory": shape},
         )
 
     @staticmethod

@@ -100,5 +100,5 @@ class GuiTask(TaskGenerator):
             answer_text=json.dumps({"action": "click", "point": point}, separators=(",", ":")),
             reasoning=f"{label} {kind} at {point[0]},{point[1]}",
             caption=f"A page with {n} elements: {', '.join(where)}.",
-            meta={"difficulty": difficulty, "labels": labels},
+            meta={"difficulty": difficulty, "labels": labels, "subcategory": f"{n} elements"},
         )

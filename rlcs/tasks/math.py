@@ -6,6 +6,8 @@ import random
 
 from rlcs.tasks.base import Example, TaskGenerator, add_noise, draw_cells
 
+OP_NAMES = {"+": "addition", "-": "subtraction", "*": "multiplication"}
+
 
 class MathTask(TaskGenerator):
     domain = "math"
@@ -32,6 +34,6 @@ class MathTask(TaskGenerator):
             answer_text=str(value),
             reasoning=f"{expr} = {value}",
             caption=f"An image of the arithmetic expression {expr}, which equals {value}.",
-            meta={"expression": expr, "difficulty": difficulty},
+            meta={"expression": expr, "difficulty": difficulty, "subcategory": OP_NAMES[op]},
             text_prompt=f"Compute the value of {expr}.",
         )

@@ -18,7 +18,8 @@ class OcrTask(TaskGenerator):
         self.size = size
 
     def sample(self, rng: random.Random, difficulty: float) -> Example:
-        if difficulty < 0.4:
+        word = difficulty < 0.4
+        if word:
             text = rng.choice(WORDS)
         else:
             text = "".join(rng.choice(CODE_CHARS) for _ in range(3 + round(difficulty * 3)))
@@ -32,6 +33,6 @@ class OcrTask(TaskGenerator):
             answer_text=text,
             reasoning=" ".join(text),
             caption=f"An image with the text {text} written on it.",
-            meta={"difficulty": difficulty},
+            meta={"difficulty": difficulty, "subcategory": "word" if word else "code"},
             text_prompt=f"Repeat this code exactly: {text}",
         )

@@ -214,3 +214,91 @@ def test_pool_draws_are_uniform_and_distinct():
     # each of the 5,000 is drawn with p = 0.02 (mean 40, sd 6.3); each of the 40 with p = 0.75
     assert abs(sparse.mean() - 40) < 0.01 and sparse.std() < 8 and sparse.min() > 10
     assert np.all(np.abs(dense - 1500) < 6 * np.sqrt(2000 * 0.75 * 0.25))
+
+
+def _two_subcategories(prior: bool, n: int = 400, offline=None) -> Curriculum:
+    """One domain, items alternating between an easy and a middling subcategory."""
+    config = CurriculumConfig(seed=1, subcategory_prior=prior)
+    return Curriculum(
+        np.zeros(n, np.uint8),
+        config,
+        domain_names=["math"],
+        offline=offline,
+        categories=np.arange(n) % 2,
+        category_names=["math/addition", "math/subtraction"],
+    )
+
+
+def _consistent(cur: Curriculum) -> None:
+    """The incremental pool sums and histogram equal a rebuild from the per-item arrays."""
+    sums, hist, pop = cur._sum_p.copy(), cur.histogram.copy(), cur.population().copy()
+    cur._rebuild()
+    assert np.allclose(sums, cur._sum_p)
+    assert np.array_equal(hist, cur.histogram)
+    assert np.array_equal(pop, cur.population())
+
+
+def test_subcategory_rates_move_the_items_never_drawn_to_their_siblings_tiers(tmp_path):
+    cur = _two_subcategories(prior=True)
+    unseen = cur.scheme.unseen
+    idx = cur.next_batch(40)
+    # subcategory 0 solves every rollout, subcategory 1 half of them
+    rewards = np.where((idx % 2 == 0)[:, None], 1.0, np.arange(8) % 2)
+    cur.report(idx, rewards)
+    row = cur.end_iteration()
+    assert row["subcategory_pass_rate"] == {"math/addition": 1.0, "math/subtraction": 0.5}
+    assert cur.category_rate.tolist() == [1.0, 0.5]
+    never = np.setdiff1d(np.arange(cur.num_items), idx)
+    names = np.array(cur.scheme.names)
+    assert set(names[cur.tier[never[never % 2 == 0]]]) == {"very_easy"}
+    assert set(names[cur.tier[never[never % 2 == 1]]]) == {"medium"}
+    assert cur.population()[0, unseen] == 0
+    _consistent(cur)
+    # the middling subcategory is boosted: most of the next batch comes from it
+    nxt = cur.next_batch(40)
+    assert (nxt % 2 == 1).mean() > 0.8
+    # once drawn, an item has its own evidence; the others follow the subcategory's new rate
+    cur.report(nxt, np.zeros((len(nxt), 8)))
+    cur.end_iteration()
+    assert cur.category_rate[1] == 0.25  # 0.5, then 0.0 blended with tier_rate_ema 0.5
+    assert np.all(cur.pass_rate(np.setdiff1d(nxt, idx)) == 0.0)
+    never = np.setdiff1d(never, nxt)
+    assert set(names[cur.tier[never[never % 2 == 1]]]) == {"hard"}  # 0.25 in [0.1, 0.3)
+    _consistent(cur)
+    _consistent(cur)
+    # saved and restored, the sampler keeps the rates and draws the same next batch
+    cur.save(tmp_path)
+    restored = Curriculum.restore(tmp_path, attach=False)
+    assert np.array_equal(restored.category_rate, cur.category_rate)
+    assert restored.category_names == cur.category_names
+    assert np.array_equal(cur.next_batch(40), restored.next_batch(40))
+
+
+def test_without_a_subcategory_weight_items_never_drawn_stay_unseen():
+    cur = _two_subcategories(prior=False)
+    idx = cur.next_batch(40)
+    cur.report(idx, np.ones((len(idx), 8)))
+    cur.end_iteration()
+    never = np.setdiff1d(np.arange(cur.num_items), idx)
+    assert np.all(cur.tier[never] == cur.scheme.unseen)
+    # an offline grade is the item's own: a subcategory's rate does not replace it
+    graded = _two_subcategories(prior=True, offline=np.full(400, 0.5))
+    idx = graded.next_batch(40)
+    graded.report(idx, np.ones((len(idx), 8)))
+    graded.end_iteration()
+    never = np.setdiff1d(np.arange(graded.num_items), idx)
+    assert np.allclose(graded.pass_rate(never), 0.5)
+
+
+def test_items_name_their_subcategory_in_meta():
+    items = [
+        Item(id="a", domain="math", prompt="p", meta={"subcategory": "addition"}),
+        Item(id="b", domain="math", prompt="p", meta={"subcategory": "subtraction"}),
+        Item(id="c", domain="ocr", prompt="p"),
+        Item(id="d", domain="math", prompt="p", meta={"subcategory": "addition"}),
+    ]
+    cur = curriculum_from_items(items, CurriculumConfig(subcategory_prior=True))
+    assert cur.category_names == ["math/addition", "math/subtraction", "ocr"]
+    assert cur.category.tolist() == [0, 1, 2, 0]
+    with pytest.raises(ValueError, match="subcategory 's' has items in more than one domain"):
+        Curriculum([0, 1], categories=[0, 0], category_names=["s"], domain_names=["a", "b"])

@@ -19,6 +19,7 @@ from rlcs.curriculum import Curriculum
     policy="rlcs",
     seed=3730,
     warmup=0,
+    subcategories=0,
 )
 @given(
     n=st.integers(1, 3000),
@@ -28,17 +29,26 @@ from rlcs.curriculum import Curriculum
     policy=st.sampled_from(["rlcs", "uniform", "dapo_filter"]),
     seed=st.integers(0, 2**31 - 1),
     warmup=st.integers(0, 3),
+    subcategories=st.integers(0, 4),
 )
 def test_batches_are_distinct_in_range_and_keep_domain_proportions(
-    n, num_domains, shares, batch, policy, seed, warmup
+    n, num_domains, shares, batch, policy, seed, warmup, subcategories
 ):
     rng = np.random.default_rng(seed)
     domains = rng.integers(0, num_domains, n)
     names = [f"d{i}" for i in range(num_domains)]
     weights = {d: shares[i] for i, d in enumerate(names)}
     offline = np.where(rng.random(n) < 0.5, rng.random(n), np.nan)
-    config = CurriculumConfig(policy=policy, seed=seed)
-    cur = Curriculum(domains, config, domain_names=names, offline=offline, domain_weights=weights)
+    # with subcategories, items never drawn move to their subcategory's tier between batches
+    config = CurriculumConfig(policy=policy, seed=seed, subcategory_prior=subcategories > 0)
+    cats = {}
+    if subcategories:
+        codes = domains * subcategories + rng.integers(0, subcategories, n)
+        cats = {"categories": codes,
+                "category_names": [f"c{i}" for i in range(num_domains * subcategories)]}  # fmt: skip
+    cur = Curriculum(
+        domains, config, domain_names=names, offline=offline, domain_weights=weights, **cats
+    )
     truth = rng.random(n)
     for _ in range(warmup):
         idx = cur.next_batch(batch)

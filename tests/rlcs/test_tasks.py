@@ -92,6 +92,8 @@ def test_build_task_data_writes_loadable_splits(tmp_path):
     items = load_items([paths["rl_train"], paths["heldout"]])
     assert len(items) == 5 * len(DOMAINS)
     assert {i.domain for i in items} == set(DOMAINS)
+    # every item names its subcategory, for the curriculum's subcategory rates
+    assert all(isinstance(i.meta.get("subcategory"), str) for i in items)
     sft = [json.loads(line) for line in paths["sft"].read_text().splitlines()]
     assert all(
         r["response"].startswith("<think>") and r["response"].count("<|begin_of_box|>") == 1
