@@ -38,6 +38,7 @@ def curriculum_from_items(
         )
     if len(categories) > 65536:
         raise ValueError(f"at most 65536 subcategories, got {len(categories)}")
+    named = any(it.meta.get("subcategory") for it in items)
     offline = np.array([scheme.offline_pass_rate(it.difficulty) for it in items], np.float32)
     return Curriculum(
         codes,
@@ -46,6 +47,7 @@ def curriculum_from_items(
         offline=offline,
         ids=[it.id for it in items],
         domain_weights=domain_weights,
-        categories=np.array(cat_codes, np.uint16),
-        category_names=list(categories),
+        # without any subcategory named, each domain is one (and costs no extra array)
+        categories=np.array(cat_codes, np.uint16) if named else None,
+        category_names=list(categories) if named else None,
     )

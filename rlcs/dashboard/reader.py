@@ -140,6 +140,12 @@ class RunReader:
         rate = merged_pass_rate(
             arrays["offline"][page], arrays["attempts"][page], arrays["ema"][page], prior
         )
+        # with subcategory_prior, an item with no evidence of its own has its subcategory's rate
+        categories = arrays.get("category")
+        if meta["config"].get("subcategory_prior") and "category_rate" in arrays:
+            codes = (arrays["domain"] if categories is None else categories)[page]
+            lean = np.isnan(rate)
+            rate[lean] = arrays["category_rate"][codes[lean]]
         rows = []
         for j, i in enumerate(page.tolist()):
             rows.append(
@@ -153,4 +159,7 @@ class RunReader:
                     "last_seen": int(arrays["last_seen"][i]),
                 }
             )
+            name = None if categories is None else meta["category_names"][int(categories[i])]
+            if name and name != rows[-1]["domain"]:  # items without one are keyed by domain
+                rows[-1]["subcategory"] = name.removeprefix(rows[-1]["domain"] + "/")
         return {"total": int(len(matches)), "rows": rows, "snapshot_iteration": meta["iteration"]}

@@ -240,3 +240,28 @@ def test_rlcs_dashboard_command_serves_the_run(run_dir):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_item_table_shows_subcategories_and_the_rate_items_take_from_them(tmp_path):
+    from rlcs.dashboard.reader import RunReader
+
+    items = [
+        Item(id=f"m{i}", domain="math", prompt="?", meta={"subcategory": ("add", "sub")[i % 2]})
+        for i in range(200)
+    ]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0, subcategory_prior=True))
+    run = tmp_path / "run"
+    cur.attach(run)
+    idx = cur.next_batch(20)
+    cur.report(cur.id_of(idx), np.where((idx % 2 == 0)[:, None], 1.0, np.arange(8) % 2))
+    cur.end_iteration()
+    cur.save(run)
+    rows = RunReader(run).items(limit=200)["rows"]
+    assert {r["subcategory"] for r in rows} == {"add", "sub"}
+    drawn = set(cur.id_of(idx))
+    never = [r for r in rows if r["id"] not in drawn]
+    # an item never drawn shows its subcategory's rate, matching the tier it sits in
+    assert {(r["subcategory"], r["pass_rate"], r["tier"]) for r in never} == {
+        ("add", 1.0, "very_easy"),
+        ("sub", 0.5, "medium"),
+    }

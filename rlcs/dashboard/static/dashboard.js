@@ -87,7 +87,8 @@ async function loadItems() {
   const data = await api("api/items?" + q);
   if (mine !== itemsRequest) return;
   const body = document.querySelector("#item-table tbody");
-  body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td><td>${r.domain}</td>` +
+  body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td>` +
+    `<td>${escapeHtml(r.subcategory ? `${r.domain} / ${r.subcategory}` : r.domain)}</td>` +
     `<td>${r.tier}</td><td class="num">${r.attempts}</td>` +
     `<td class="num">${r.pass_rate === null ? "–" : r.pass_rate.toFixed(3)}</td>` +
     `<td class="num">${r.last_seen < 0 ? "never" : r.last_seen}</td></tr>`).join("");
