@@ -302,3 +302,25 @@ def test_items_name_their_subcategory_in_meta():
     assert cur.category.tolist() == [0, 1, 2, 0]
     with pytest.raises(ValueError, match="subcategory 's' has items in more than one domain"):
         Curriculum([0, 1], categories=[0, 0], category_names=["s"], domain_names=["a", "b"])
+
+
+def test_a_state_saved_before_subcategories_restores_with_one_per_domain(tmp_path):
+    import json
+
+    from rlcs.curriculum.snapshot import latest_snapshot
+
+    a = make(seed=2)
+    run(a, 3)
+    a.end_iteration()
+    snap = latest_snapshot(a.save(tmp_path).parent)
+    for name in ("category_rate", "category_domain", "leaning"):
+        (snap / f"{name}.npy").unlink()
+    for name in ("category_rollouts", "category_successes"):
+        (snap / f"acc_{name}.npy").unlink()
+    meta = json.loads((snap / "meta.json").read_text())
+    del meta["category_names"]
+    (snap / "meta.json").write_text(json.dumps(meta))
+    restored = Curriculum.restore(tmp_path, attach=False)
+    assert restored.category is restored.domain
+    assert restored.category_names == ["math", "ocr", "chart"]
+    assert np.array_equal(a.next_batch(40), restored.next_batch(40))
