@@ -9,8 +9,7 @@ Items may also name a subcategory of their domain (a math item's operation, a GU
 With ``subcategory_prior``, an item with no evidence of its own (never drawn, no offline grade)
 takes its subcategory's recent pass rate, and so its tier: the tier weights then move whole
 subcategories from what their drawn items scored (the paper's re-weighting of per-domain
-subcategories). That costs O(subcategories) an iteration, plus one scan of a pool when a
-subcategory changes tier.
+subcategories; ``subcategories.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlcs.config import CurriculumConfig
-from rlcs.curriculum import expansion
+from rlcs.curriculum import expansion, subcategories
 from rlcs.curriculum.aggregates import iteration_row, tier_rows
 from rlcs.curriculum.evidence import group_successes, merged_pass_rate
 from rlcs.curriculum.pools import TierPools
@@ -72,11 +71,11 @@ class Curriculum:
         self.offline = (
             np.full(n, np.nan, np.float16) if offline is None else np.asarray(offline, np.float16)
         )
-        self._set_categories(categories, category_names)
         self.attempts = np.zeros(n, np.uint32)
         self.successes = np.zeros(n, np.uint32)
         self.ema = np.zeros(n, np.float16)
         self.last_seen = np.full(n, -1, np.int32)
+        subcategories.assign(self, categories, category_names)
         # UTF-8 bytes in one fixed-width array: no per-item Python objects, memory-mappable
         self.ids = None if ids is None else np.array([str(i).encode() for i in ids], np.bytes_)
         self._index: dict[str, int] | None = None
@@ -111,36 +110,6 @@ class Curriculum:
                 raise ValueError(f"domain_weights names unknown domains: {sorted(unknown)}")
             self.domain_share = np.array([weights.get(d, 0.0) for d in self.domain_names])
         self.domain_share = np.where(counts > 0, self.domain_share, 0.0)
-
-    def _set_categories(self, categories, names) -> None:
-        n = self.num_items
-        if categories is None:
-            self.category = self.domain  # one subcategory per domain, no extra bytes
-            self.category_names = list(self.domain_names)
-            self.category_domain = np.arange(len(self.domain_names), dtype=np.int64)
-        else:
-            self.category = np.asarray(categories, np.uint16)
-            if len(self.category) != n:
-                raise ValueError(f"{n} items but {len(self.category)} subcategory codes")
-            self.category_names = list(names or [])
-            used = int(self.category.max()) + 1 if n else 0
-            if len(self.category_names) < used:
-                raise ValueError(f"{used} subcategory codes but {len(self.category_names)} names")
-            pairs = np.unique(self.category.astype(np.int64) * 256 + self.domain)
-            cats, doms = pairs // 256, pairs % 256
-            split = cats[1:][cats[1:] == cats[:-1]]
-            if len(split):
-                raise ValueError(
-                    f"subcategory {self.category_names[split[0]]!r} has items in more than one domain"
-                )
-            self.category_domain = np.zeros(len(self.category_names), np.int64)
-            self.category_domain[cats] = doms
-        # each subcategory's pass rate over recent iterations (NaN until one of its items is
-        # drawn), and how many of its items have no evidence of their own
-        self.category_rate = np.full(len(self.category_names), np.nan)
-        self._leaning = np.bincount(
-            self.category[np.isnan(self.offline)], minlength=len(self.category_names)
-        ).astype(np.int64)
 
     def pass_rate(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Each item's current pass rate: offline and online evidence merged (NaN: unseen).
@@ -314,7 +283,7 @@ class Curriculum:
         first = self.attempts[idx] == 0
         # items with evidence of their own from now on
         own = first & (sizes > 0) & np.isnan(self.offline[idx])
-        np.subtract.at(self._leaning, self.category[idx[own]], 1)
+        np.subtract.at(self.leaning, self.category[idx[own]], 1)
         alpha = self.config.pass_rate_ema
         ema = np.where(first, rate, (1 - alpha) * self.ema[idx] + alpha * rate)
         self.ema[idx] = ema.astype(np.float16)
@@ -347,38 +316,6 @@ class Curriculum:
         np.add.at(acc["category_successes"], self.category[idx], succ)
         acc["valid"] += int(expansion.valid_groups(succ, sizes).sum())
         acc["solved"] += int((succ > 0).sum())
-
-    def _update_categories(self) -> None:
-        """Blend this iteration's pass rate of every drawn subcategory into its recent rate;
-        its items without evidence of their own follow it, to a new tier if it changed."""
-        acc = self._acc
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = acc["category_successes"] / acc["category_rollouts"]
-        a = self.config.tier_rate_ema
-        c = np.flatnonzero(~np.isnan(rate))
-        old = self.category_rate[c]
-        new = np.where(np.isnan(old), rate[c], (1 - a) * old + a * rate[c])
-        self.category_rate[c] = new
-        count, dom = self._leaning[c], self.category_domain[c]
-        t_old, t_new = self.scheme.tier_of(old), self.scheme.tier_of(new)
-        had = ~np.isnan(old)
-        # the leaning items' share of the pool sums and of the histogram
-        np.add.at(self._sum_p, (dom[had], t_old[had]), -count[had] * old[had])
-        np.add.at(self._sum_p, (dom, t_new), count * new)
-        np.add.at(self.histogram, self._bins(old[had]), -count[had])
-        np.add.at(self.histogram, self._bins(new), count)
-        moving = (t_old != t_new) & (count > 0)
-        if not moving.any():
-            return
-        target = np.full(len(self.category_names), -1, np.int64)
-        target[c[moving]] = self._keys(t_new[moving], dom[moving])
-        for key in np.unique(self._keys(t_old[moving], dom[moving])).tolist():
-            members = self.pools.members(key).copy()
-            to = target[self.category[members]]
-            go = (to >= 0) & (self.attempts[members] == 0) & np.isnan(self.offline[members])
-            items, to = members[go], to[go]
-            self.pools.move(items, np.full(len(items), key), to)
-            self.tier[items] = to % self.scheme.num_tiers
 
     def select(self, successes: np.ndarray, sizes: np.ndarray, batch: int) -> np.ndarray:
         """Which scored groups to train on, by policy (indices into the reported groups)."""
@@ -423,7 +360,7 @@ class Curriculum:
         blended = np.where(np.isnan(self.observed), rate, (1 - a) * self.observed + a * rate)
         self.observed = np.where(np.isnan(rate), self.observed, blended)
         if self.config.subcategory_prior:
-            self._update_categories()
+            subcategories.follow_rates(self)
         row = iteration_row(self, groups, valid_fraction)
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
             self.store.write_iteration(row, tier_rows(self))
@@ -435,10 +372,7 @@ class Curriculum:
             if rollouts[t]
         }
         if self.category is not self.domain:  # and per subcategory, when items name them
-            cr, cs = acc["category_rollouts"], acc["category_successes"]
-            row["subcategory_pass_rate"] = {
-                name: float(cs[c] / cr[c]) for c, name in enumerate(self.category_names) if cr[c]
-            }
+            row["subcategory_pass_rate"] = subcategories.iteration_rates(self)
         self._reset_iteration()
         return row
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from rlcs.config import CurriculumConfig
+from rlcs.curriculum import subcategories
 from rlcs.curriculum.core import Curriculum
 from rlcs.curriculum.snapshot import read_meta, read_snapshot, write_snapshot
 from rlcs.curriculum.tiers import TierScheme
@@ -37,7 +38,6 @@ def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
         reported=np.flatnonzero(cur._reported),
         category_rate=cur.category_rate,
         category_domain=cur.category_domain,
-        leaning=cur._leaning,
     )
     if cur.category is not cur.domain:
         arrays["category"] = cur.category
@@ -91,9 +91,9 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
         cur.category_names = list(meta["category_names"])
         cur.category_domain = np.array(arrays["category_domain"], np.int64)
         cur.category_rate = np.array(arrays["category_rate"], np.float64)
-        cur._leaning = np.array(arrays["leaning"], np.int64)
+        subcategories.count_leaning(cur)
     else:  # saved before subcategories: one per domain, no rates yet
-        cur._set_categories(None, None)
+        subcategories.assign(cur, None, None)
     cur.ids = np.array(arrays["ids"]) if "ids" in arrays else None
     cur._index = None
     cur.iteration = int(meta["iteration"])

@@ -313,7 +313,7 @@ def test_a_state_saved_before_subcategories_restores_with_one_per_domain(tmp_pat
     run(a, 3)
     a.end_iteration()
     snap = latest_snapshot(a.save(tmp_path).parent)
-    for name in ("category_rate", "category_domain", "leaning"):
+    for name in ("category_rate", "category_domain"):
         (snap / f"{name}.npy").unlink()
     for name in ("category_rollouts", "category_successes"):
         (snap / f"acc_{name}.npy").unlink()
