@@ -363,7 +363,7 @@ class Curriculum:
             subcategories.follow_rates(self)
         row = iteration_row(self, groups, valid_fraction)
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
-            self.store.write_iteration(row, tier_rows(self))
+            self.store.write_iteration(row, tier_rows(self), subcategories.store_rows(self))
         # this iteration's pass rate per tier (all domains), for the run's metrics
         rollouts, successes = acc["rollouts"].sum(axis=0), acc["successes"].sum(axis=0)
         row["tier_pass_rate"] = {

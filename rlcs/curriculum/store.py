@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,14 @@ CREATE TABLE IF NOT EXISTS tiers (
     pass_rate REAL,
     weight REAL NOT NULL,
     PRIMARY KEY (iteration, domain, tier)
+);
+CREATE TABLE IF NOT EXISTS subcategories (
+    iteration INTEGER NOT NULL,
+    subcategory TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    rollouts INTEGER NOT NULL,
+    successes INTEGER NOT NULL,
+    PRIMARY KEY (iteration, subcategory)
 );
 """
 
@@ -93,7 +102,14 @@ class AggregateStore:
                 [(k, json.dumps(v)) for k, v in values.items()],
             )
 
-    def write_iteration(self, row: dict[str, Any], tiers: list[dict[str, Any]]) -> None:
+    def write_iteration(
+        self,
+        row: dict[str, Any],
+        tiers: list[dict[str, Any]],
+        subcategories: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """One iteration's row, its (domain, tier) rows and, when items name subcategories,
+        the rollouts and successes of each subcategory drawn in it."""
         row = dict(row, histogram=json.dumps(row["histogram"]))
         with self._db:
             self._db.execute(
@@ -105,6 +121,12 @@ class AggregateStore:
                 f"INSERT INTO tiers VALUES ({','.join('?' * len(_TIER_COLS))})",
                 [[t[c] for c in _TIER_COLS] for t in tiers],
             )
+            self._db.execute("DELETE FROM subcategories WHERE iteration = ?", (row["iteration"],))
+            self._db.executemany(
+                "INSERT INTO subcategories VALUES (?, ?, ?, ?, ?)",
+                [[row["iteration"], r["subcategory"], r["domain"], r["rollouts"], r["successes"]]
+                 for r in subcategories],
+            )  # fmt: skip
 
     def close(self) -> None:
         self._db.close()
@@ -114,7 +136,7 @@ def read_store(path: str | Path) -> dict[str, Any]:
     """Everything the dashboard plots, read through a read-only connection."""
     path = Path(path)
     if not path.is_file():
-        return {"meta": {}, "iterations": [], "tiers": []}
+        return {"meta": {}, "iterations": [], "tiers": [], "subcategories": []}
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
     try:
         db.row_factory = sqlite3.Row
@@ -123,6 +145,11 @@ def read_store(path: str | Path) -> dict[str, Any]:
         for r in iterations:
             r["histogram"] = json.loads(r["histogram"])
         tiers = [dict(r) for r in db.execute("SELECT * FROM tiers ORDER BY iteration")]
+        try:
+            query = "SELECT * FROM subcategories ORDER BY iteration, subcategory"
+            subcategories = [dict(r) for r in db.execute(query)]
+        except sqlite3.OperationalError:  # a store written before subcategories were kept
+            subcategories = []
     finally:
         db.close()
-    return {"meta": meta, "iterations": iterations, "tiers": tiers}
+    return {"meta": meta, "iterations": iterations, "tiers": tiers, "subcategories": subcategories}

@@ -10,7 +10,7 @@ pool when the subcategory changes tier.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +63,23 @@ def iteration_rates(cur: Curriculum) -> dict[str, float]:
         for c, name in enumerate(cur.category_names)
         if rollouts[c]
     }
+
+
+def store_rows(cur: Curriculum) -> list[dict[str, Any]]:
+    """The current iteration's rollouts and successes of each subcategory drawn in it, for the
+    dashboard's store; none when items name no subcategories."""
+    if cur.category is cur.domain:
+        return []
+    rollouts, successes = cur._acc["category_rollouts"], cur._acc["category_successes"]
+    return [
+        {
+            "subcategory": cur.category_names[c],
+            "domain": cur.domain_names[int(cur.category_domain[c])],
+            "rollouts": int(rollouts[c]),
+            "successes": int(successes[c]),
+        }
+        for c in np.flatnonzero(rollouts).tolist()
+    ]
 
 
 def follow_rates(cur: Curriculum) -> None:

@@ -92,9 +92,17 @@ class RunReader:
             }
             for dom in ["all", *domains]
         }
+        # each subcategory's pass rate in the iterations that drew it (None in the others)
+        subcategories: dict[str, list[float | None]] = {}
+        for r in store.get("subcategories", []):
+            i = pos.get(r["iteration"])
+            if i is not None and r["rollouts"]:
+                ys = subcategories.setdefault(r["subcategory"], [None] * len(x))
+                ys[i] = r["successes"] / r["rollouts"]
         return {
             "iterations": x,
             "tiers": tiers,
+            "subcategories": dict(sorted(subcategories.items())),
             "domains": domains,
             "population": population,
             "sampled": sampled,

@@ -12,6 +12,7 @@ import shutil
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,8 @@ import numpy as np
 import pytest
 
 from rlcs.config import CurriculumConfig
-from rlcs.curriculum import Curriculum, curriculum_from_items
+from rlcs.curriculum import Curriculum, curriculum_from_items, read_store
+from rlcs.dashboard.reader import RunReader
 from rlcs.data import Item
 from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
@@ -71,15 +73,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(run_dir):
+@contextmanager
+def serve(run: Path):
+    """The dashboard app for ``run`` under uvicorn on a free local port; yields its URL."""
     import uvicorn
 
     from rlcs.dashboard.app import create_app
 
     port = free_port()
     cfg = uvicorn.Config(
-        create_app(run_dir[0], token=TOKEN), host="127.0.0.1", port=port, log_level="warning"
+        create_app(run, token=TOKEN), host="127.0.0.1", port=port, log_level="warning"
     )
     srv = uvicorn.Server(cfg)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -88,9 +91,17 @@ def server(run_dir):
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    with serve(run_dir[0]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +148,7 @@ def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir,
     hist = page.evaluate("document.getElementById('plot-hist').data[0].y")
     assert sum(hist) == sum(run_dir[1].histogram.tolist())
     assert page.locator("#plot-passrate .scatterlayer .trace").count() >= 5
+    assert page.is_hidden("#fig-subcategories")  # its items name no subcategories
 
     rows = page.locator("#item-table tbody tr")
     assert rows.count() == 25
@@ -243,8 +255,6 @@ def test_rlcs_dashboard_command_serves_the_run(run_dir):
 
 
 def test_item_table_shows_subcategories_and_the_rate_items_take_from_them(tmp_path):
-    from rlcs.dashboard.reader import RunReader
-
     items = [
         Item(id=f"m{i}", domain="math", prompt="?", meta={"subcategory": ("add", "sub")[i % 2]})
         for i in range(200)
@@ -265,3 +275,45 @@ def test_item_table_shows_subcategories_and_the_rate_items_take_from_them(tmp_pa
         ("add", 1.0, "very_easy"),
         ("sub", 0.5, "medium"),
     }
+
+
+def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
+    rng = np.random.default_rng(1)
+    items = [
+        Item(id=f"m{i}", domain="math", prompt="?", meta={"subcategory": ("add", "sub")[i % 2]})
+        for i in range(300)
+    ] + [Item(id=f"o{i}", domain="ocr", prompt="?") for i in range(100)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0, subcategory_prior=True))
+    run = tmp_path / "run"
+    cur.attach(run)
+    skill = np.where(np.arange(cur.num_items) % 2 == 0, 0.9, 0.3)
+    train(cur, 10, rng, skill)
+    series = RunReader(run).series()
+    names = ["math/add", "math/sub", "ocr"]
+    assert list(series["subcategories"]) == names
+    drawn = read_store(run / "curriculum" / "aggregates.sqlite")["subcategories"]
+    assert drawn and all(r["rollouts"] > 0 for r in drawn)
+    with serve(run) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/?token={TOKEN}")
+        page.wait_for_selector("#plot-subcategories .main-svg", timeout=20_000)
+        shown = page.evaluate(
+            "document.getElementById('plot-subcategories').data.map((t) => t.name)"
+        )
+        assert shown == names
+        page.close()
+
+
+def test_a_store_written_before_subcategories_reads_without_them(tmp_path):
+    import sqlite3
+
+    cur = curriculum_from_items([Item(id="a", domain="math", prompt="?")], CurriculumConfig())
+    cur.attach(tmp_path)
+    cur.next_batch(1)
+    cur.end_iteration()
+    path = tmp_path / "curriculum" / "aggregates.sqlite"
+    cur.store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE subcategories")
+    stored = read_store(path)
+    assert stored["subcategories"] == [] and len(stored["iterations"]) == 1

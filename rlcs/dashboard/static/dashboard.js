@@ -63,6 +63,21 @@ function draw() {
   Plotly.react("plot-sampled", lines(x, series.sampled, t, { type: "bar" }).map(
     (tr) => Object.assign(tr, { marker: { color: tr.line.color } })),
   Object.assign({}, layoutBase, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
+  drawSubcategories();
+}
+
+// Only for runs whose items name subcategories: each one's pass rate in the iterations that
+// drew it, joined across the iterations that did not.
+function drawSubcategories() {
+  const names = Object.keys(series.subcategories || {});
+  const figure = document.getElementById("fig-subcategories");
+  figure.hidden = names.length === 0;
+  if (figure.hidden) return;
+  const traces = names.map((name, i) => ({ x: series.iterations, y: series.subcategories[name],
+    name, type: "scatter", mode: "lines+markers", connectgaps: true, marker: { size: 4 },
+    line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+  Plotly.react("plot-subcategories", traces, Object.assign({}, layoutBase,
+    { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
 
 function fillSelect(id, values, keepFirst) {
