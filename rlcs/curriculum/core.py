@@ -362,8 +362,9 @@ class Curriculum:
         if self.config.subcategory_prior:
             subcategories.follow_rates(self)
         row = iteration_row(self, groups, valid_fraction)
+        drawn = subcategories.store_rows(self)  # none when items name no subcategories
         if self.store is not None:  # the per-tier rows are only built when someone keeps them
-            self.store.write_iteration(row, tier_rows(self), subcategories.store_rows(self))
+            self.store.write_iteration(row, tier_rows(self), drawn)
         # this iteration's pass rate per tier (all domains), for the run's metrics
         rollouts, successes = acc["rollouts"].sum(axis=0), acc["successes"].sum(axis=0)
         row["tier_pass_rate"] = {
@@ -371,8 +372,10 @@ class Curriculum:
             for t, name in enumerate(self.scheme.names)
             if rollouts[t]
         }
-        if self.category is not self.domain:  # and per subcategory, when items name them
-            row["subcategory_pass_rate"] = subcategories.iteration_rates(self)
+        if drawn:  # and per subcategory
+            row["subcategory_pass_rate"] = {
+                r["subcategory"]: r["successes"] / r["rollouts"] for r in drawn
+            }
         self._reset_iteration()
         return row
 

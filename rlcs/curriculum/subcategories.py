@@ -55,19 +55,9 @@ def count_leaning(cur: Curriculum) -> None:
     cur.leaning = np.bincount(cur.category[lean], minlength=len(cur.category_names))
 
 
-def iteration_rates(cur: Curriculum) -> dict[str, float]:
-    """The pass rate of each subcategory's rollouts in the current iteration."""
-    rollouts, successes = cur._acc["category_rollouts"], cur._acc["category_successes"]
-    return {
-        name: float(successes[c] / rollouts[c])
-        for c, name in enumerate(cur.category_names)
-        if rollouts[c]
-    }
-
-
 def store_rows(cur: Curriculum) -> list[dict[str, Any]]:
-    """The current iteration's rollouts and successes of each subcategory drawn in it, for the
-    dashboard's store; none when items name no subcategories."""
+    """The current iteration's rollouts and successes of each subcategory drawn in it (for the
+    dashboard's store and the run's metrics); none when items name no subcategories."""
     if cur.category is cur.domain:
         return []
     rollouts, successes = cur._acc["category_rollouts"], cur._acc["category_successes"]
