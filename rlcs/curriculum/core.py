@@ -117,13 +117,14 @@ class Curriculum:
         With ``subcategory_prior``, an item with neither kind of evidence takes its
         subcategory's recent pass rate.
         """
-        p = merged_pass_rate(
-            self.offline[idx], self.attempts[idx], self.ema[idx], self.config.offline_prior_weight
+        sibling = self.category_rate[self.category[idx]] if self.config.subcategory_prior else None
+        return merged_pass_rate(
+            self.offline[idx],
+            self.attempts[idx],
+            self.ema[idx],
+            self.config.offline_prior_weight,
+            fallback=sibling,
         )
-        if self.config.subcategory_prior:
-            lean = np.isnan(p)
-            p[lean] = self.category_rate[self.category[idx][lean]]
-        return p
 
     def _keys(self, tiers: np.ndarray, domains: np.ndarray) -> np.ndarray:
         return domains.astype(np.int64) * self.scheme.num_tiers + tiers

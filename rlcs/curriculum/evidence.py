@@ -6,12 +6,17 @@ import numpy as np
 
 
 def merged_pass_rate(
-    offline: np.ndarray, attempts: np.ndarray, ema: np.ndarray, prior_weight: float
+    offline: np.ndarray,
+    attempts: np.ndarray,
+    ema: np.ndarray,
+    prior_weight: float,
+    fallback: np.ndarray | None = None,
 ) -> np.ndarray:
     """The offline pass rate counts as ``prior_weight`` pseudo-attempts beside the EMA rate.
 
     Attempts grow with every group, so the offline grade fades as online evidence builds up.
-    NaN where there is no evidence of either kind.
+    Where there is no evidence of either kind: ``fallback`` (the item's subcategory rate under
+    ``subcategory_prior``), else NaN.
     """
     off = np.asarray(offline, dtype=np.float64)
     n = np.asarray(attempts, dtype=np.float64)
@@ -23,6 +28,9 @@ def merged_pass_rate(
     p[total == 0] = np.nan
     only_off = (total == 0) & has_off
     p[only_off] = off[only_off]
+    if fallback is not None:
+        none = total == 0
+        p[none] = np.asarray(fallback, dtype=np.float64)[none]
     return p
 
 

@@ -145,15 +145,15 @@ class RunReader:
         matches = np.flatnonzero(mask)
         page = matches[offset : offset + limit]
         prior = meta["config"]["offline_prior_weight"]
-        rate = merged_pass_rate(
-            arrays["offline"][page], arrays["attempts"][page], arrays["ema"][page], prior
-        )
         # with subcategory_prior, an item with no evidence of its own has its subcategory's rate
         categories = arrays.get("category")
+        sibling = None
         if meta["config"].get("subcategory_prior") and "category_rate" in arrays:
             codes = (arrays["domain"] if categories is None else categories)[page]
-            lean = np.isnan(rate)
-            rate[lean] = arrays["category_rate"][codes[lean]]
+            sibling = arrays["category_rate"][codes]
+        rate = merged_pass_rate(
+            arrays["offline"][page], arrays["attempts"][page], arrays["ema"][page], prior, sibling
+        )
         rows = []
         for j, i in enumerate(page.tolist()):
             rows.append(
