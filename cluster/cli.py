@@ -18,6 +18,7 @@ from collections.abc import Callable
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("cluster.train", "main", "run pretraining, SFT or RL from a config (its `stage`)"),
     "demo": ("cluster.demo", "main", "run the embedded end-to-end default on this machine"),
+    "eval": ("cluster.evaluate", "main", "a model's pass rates on item files, per domain"),
     "grade": ("cluster.grade", "main", "offline RLCS grading: each item's pass rate under a model"),
     "serve-rewards": ("rewards.server", "main", "serve the reward verifiers over HTTP"),
     "dashboard": ("rlcs.dashboard", "main", "serve the curriculum dashboard for a run directory"),
@@ -70,6 +71,44 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
     _add_set(p, "rollout.temperature=1.0")
 
 
+def _add_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a Hugging Face model directory (e.g. runs/demo/rl/hf)")
+    p.add_argument(
+        "data", nargs="+", help="JSONL or Parquet item files (e.g. runs/demo/data/heldout.jsonl)"
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="rollout, reward and cluster settings (default configs/tiny-vlm.yaml)",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="answers per item (default 1, greedy); with more, also pass@K",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature (default 0 for one answer, else rollout.temperature)",
+    )
+    p.add_argument("--out", default=None, help="write every scored answer here (JSONL)")
+    p.add_argument(
+        "--cpus",
+        type=float,
+        default=None,
+        help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
+    )
+    p.add_argument(
+        "--batch-items",
+        type=int,
+        default=128,
+        help="items per generation call, the progress bar's step (default 128; 0: all at once)",
+    )
+    _add_set(p, "rollout.max_answer_tokens=64")
+
+
 def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -103,6 +142,7 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
 _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "train": _add_train,
     "demo": _add_demo,
+    "eval": _add_eval,
     "grade": _add_grade,
     "serve-rewards": _add_serve_rewards,
     "dashboard": _add_dashboard,

@@ -1,8 +1,17 @@
-"""Held-out evaluation: greedy answers from a rollout worker, scored by the verifiers."""
+"""Held-out evaluation: a model's answers from a rollout worker, scored by the verifiers.
+
+`evaluate` gives the per-domain greedy pass rates that `rlcs demo` and the benchmarks report;
+`rlcs eval` (``main``) gives the same for any checkpoint and item files, and with ``--samples K``
+the mean pass rate of K sampled answers and pass@K.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
@@ -12,7 +21,8 @@ import ray
 
 from actors.rollout.worker import RolloutWorker
 from cluster.placement import thread_env
-from rlcs.config import RolloutConfig
+from rewards.base import ANSWER_ERRORS
+from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
 
 
@@ -76,16 +86,213 @@ def score_trajectories(trajs: list, by_id: dict[str, Item], timeout_s: float | N
     )  # fmt: skip
 
 
+def answer_items(
+    model_path: str | Path,
+    items: Sequence[Item],
+    rollout: RolloutConfig,
+    samples: int = 1,
+    *,
+    temperature: float = 0.0,
+    num_cpus: float = 1.0,
+    batch_items: int | None = None,
+    timeout_s: float | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
+    verifiers: one record per answer, in item order, with the item's id and domain, the answer's
+    index, the response, its reward, whether it passed (reward 1), the verifier's error if any,
+    the extracted answer, and how generation ended.
+
+    One rollout worker reserves ``num_cpus``; it answers ``batch_items`` items a call (all of
+    them in one call by default, as `evaluate` does) and is killed at the end, also on failure.
+    Image paths must be absolute.
+    """
+    from tqdm import tqdm
+
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if temperature < 0.0:
+        raise ValueError(f"temperature must be 0 (greedy) or above, got {temperature}")
+    if samples > 1 and temperature == 0.0:
+        raise ValueError("several greedy answers to an item are one answer: set a temperature")
+    if batch_items is not None and batch_items < 1:
+        raise ValueError(f"batch_items must be at least 1, got {batch_items}")
+    by_id = {it.id: it for it in items}
+    if len(by_id) != len(items):
+        dup = next(i for i, n in Counter(it.id for it in items).items() if n > 1)
+        raise ValueError(f"item ids must be unique: {dup!r} appears more than once")
+    cfg = rollout.model_copy(update={"n": samples, "temperature": temperature})
+    step = batch_items or max(1, len(items))
+    records: list[dict[str, Any]] = []
+    with (
+        rollout_worker(model_path, cfg, num_cpus) as worker,
+        tqdm(total=len(items), desc="eval", unit="item", disable=not progress) as bar,
+    ):
+        for start in range(0, len(items), step):
+            chunk = list(items[start : start + step])
+            trajs = ray.get(
+                worker.generate.remote(chunk, n=samples, step=start, temperature=temperature)
+            )
+            scored = score_trajectories(trajs, by_id, timeout_s)
+            seen: Counter[str] = Counter()
+            for t, r in zip(trajs, scored, strict=True):
+                records.append({
+                    "id": t.item_id, "domain": by_id[t.item_id].domain,
+                    "sample": seen[t.item_id], "response": t.response, "reward": r.reward,
+                    "passed": r.error is None and r.reward >= 1.0, "error": r.error,
+                    "extracted": r.extracted, "finish_reason": t.finish_reason,
+                    "forced_answer": t.forced_answer,
+                })  # fmt: skip
+                seen[t.item_id] += 1
+            bar.update(len(chunk))
+    return records
+
+
 def evaluate(
     model_path: str | Path, items: list[Item], rollout: RolloutConfig, num_cpus: float = 1.0
 ) -> dict[str, dict[str, float]]:
     """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
     worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
-    cfg = rollout.model_copy(update={"n": 1, "temperature": 0.0})
-    with rollout_worker(model_path, cfg, num_cpus) as worker:
-        trajs = ray.get(worker.generate.remote(items, n=1, step=0, temperature=0.0))
-    by_id = {it.id: it for it in items}
     per: dict[str, list[float]] = defaultdict(list)
-    for t, r in zip(trajs, score_trajectories(trajs, by_id), strict=True):
-        per[by_id[t.item_id].domain].append(r.reward)
+    for r in answer_items(model_path, items, rollout, num_cpus=num_cpus):
+        per[r["domain"]].append(r["reward"])
     return summarize(per)
+
+
+def eval_summary(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per domain, and "all" (the mean over domains, each weighed alike, as `summarize` does):
+    items, answers, ``pass_rate`` (the share of answers with reward 1), ``pass_at_k`` (the share
+    of items with at least one), mean ``reward``, errors by kind, and ``unscorable``: answers the
+    verifiers could not score (a timeout, a crash), counted as failures and reported here."""
+    by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_domain[r["domain"]].append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for d in sorted(by_domain):
+        rs = by_domain[d]
+        passed: dict[str, bool] = {}
+        for r in rs:
+            passed[r["id"]] = passed.get(r["id"], False) or r["passed"]
+        errors = Counter(r["error"] for r in rs if r["error"] is not None)
+        out[d] = {
+            "items": len(passed), "answers": len(rs),
+            "pass_rate": fmean(r["passed"] for r in rs), "pass_at_k": fmean(passed.values()),
+            "reward": fmean(r["reward"] for r in rs), "errors": dict(sorted(errors.items())),
+            "unscorable": sum(n for k, n in errors.items() if k not in ANSWER_ERRORS),
+        }  # fmt: skip
+    if out:
+        doms = list(out.values())
+        errors = sum((Counter(v["errors"]) for v in doms), Counter())
+        out["all"] = {
+            "items": sum(v["items"] for v in doms), "answers": sum(v["answers"] for v in doms),
+            **{k: fmean(v[k] for v in doms) for k in ("pass_rate", "pass_at_k", "reward")},
+            "errors": dict(sorted(errors.items())),
+            "unscorable": sum(v["unscorable"] for v in doms),
+        }  # fmt: skip
+    return out
+
+
+def summary_table(summary: dict[str, dict[str, Any]], samples: int) -> str:
+    """The summary as a text table; pass@K only where there are several answers an item."""
+    cols = ["items", "pass rate"] + ([f"pass@{samples}"] if samples > 1 else [])
+    cols += ["reward", "format/parse", "unscorable"]
+    lines = [f"{'domain':<12}" + "".join(f"{c:>14}" for c in cols)]
+    for d, v in summary.items():
+        answer_errors = sum(n for k, n in v["errors"].items() if k in ANSWER_ERRORS)
+        cells = [str(v["items"]), f"{100 * v['pass_rate']:.1f}%"]
+        cells += [f"{100 * v['pass_at_k']:.1f}%"] if samples > 1 else []
+        cells += [f"{v['reward']:.3f}", str(answer_errors), str(v["unscorable"])]
+        lines.append(f"{d:<12}" + "".join(f"{c:>14}" for c in cells))
+    return "\n".join(lines)
+
+
+def eval_files(
+    cfg: Config,
+    model_path: Path,
+    inputs: Sequence[Path],
+    *,
+    samples: int = 1,
+    temperature: float = 0.0,
+    num_cpus: float = 1.0,
+    batch_items: int | None = 128,
+    out: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
+    answer there as JSONL (one line each, in item order)."""
+    from cluster.stage_data import absolute_images
+    from rlcs.data import load_items
+
+    if out is not None and out.resolve() in {p.resolve() for p in inputs}:
+        raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
+    items = [absolute_images(it, p.parent) for p in inputs for it in load_items(p)]
+    if not items:
+        raise ValueError("no items to evaluate")
+    records = answer_items(
+        model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
+        batch_items=batch_items, timeout_s=cfg.reward.timeout_s, progress=progress,
+    )  # fmt: skip
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        with tmp.open("w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        tmp.replace(out)
+    return {"model": str(model_path), "samples": samples, "temperature": temperature,
+            "summary": eval_summary(records), "out": str(out) if out else None}  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    from cluster.demo import DEFAULT_CONFIG
+    from cluster.train import connect_ray
+    from rlcs.config import ConfigError, load_config
+    from rlcs.data import DatasetError
+
+    try:
+        cfg = load_config(Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
+    except ConfigError as e:
+        print(f"rlcs eval: {e}", file=sys.stderr)
+        return 2
+    model = Path(args.model)
+    if not (model / "config.json").is_file():
+        print(f"rlcs eval: {model} is not a Hugging Face model directory", file=sys.stderr)
+        return 2
+    samples = args.samples
+    temperature = args.temperature
+    if temperature is None:
+        temperature = 0.0 if samples == 1 else cfg.rollout.temperature
+    if samples < 1 or temperature < 0.0 or (samples > 1 and temperature == 0.0):
+        print(f"rlcs eval: --samples {samples} at temperature {temperature}: give one greedy "
+              "answer (temperature 0) or several sampled ones (temperature above 0)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    missing = [p for p in args.data if not Path(p).is_file()]
+    if missing:
+        print(f"rlcs eval: no such item file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    connect_ray(cfg)
+    try:
+        result = eval_files(
+            cfg, model, [Path(p) for p in args.data], samples=samples, temperature=temperature,
+            num_cpus=args.cpus or cfg.cluster.rollout_cpus_per_worker,
+            batch_items=args.batch_items or None, out=Path(args.out) if args.out else None,
+        )  # fmt: skip
+    except (DatasetError, ValueError) as e:
+        print(f"rlcs eval: {e}", file=sys.stderr)
+        return 2
+    how = (
+        "one greedy answer"
+        if temperature == 0.0
+        else f"{samples} answers at temperature {temperature:g}"
+    )
+    print(f"{model}: {how} per item")
+    print(summary_table(result["summary"], samples))
+    unscorable = result["summary"].get("all", {}).get("unscorable", 0)
+    if unscorable:
+        print(f"{unscorable} answers could not be scored (timeouts or verifier errors); "
+              "they count as failures", file=sys.stderr)  # fmt: skip
+    if result["out"]:
+        print(f"answers -> {result['out']}")
+    print("RESULT " + json.dumps(result))
+    return 0

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rewards.base import ANSWER_ERRORS
 from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
 
@@ -76,11 +77,6 @@ def pass_rates(
             errors += tally(trajs, scored, threshold, successes)
             bar.update(len(chunk))
     return {it.id: successes[it.id] / samples for it in items}, errors
-
-
-#: errors that say the answer was wrong (no box, an unreadable answer): a failure like any other.
-#: Every other error (timeout, crash, verifier, ...) means the verifiers could not score it.
-ANSWER_ERRORS = frozenset({"format", "parse"})
 
 
 def tally(

@@ -21,6 +21,12 @@ class Verdict(NamedTuple):
     detail: str | None = None
 
 
+#: the errors that say the model's answer was wrong (no tags or box, an unreadable answer): a
+#: failure like any other. Every other error (a timeout, a crash, a verifier's fault, a malformed
+#: ground truth, ...) means the answer could not be scored; reports count those apart.
+ANSWER_ERRORS = frozenset({"format", "parse"})
+
+
 @dataclass(slots=True)
 class ScoreResult:
     """The result of scoring one response, as the Python API and the server return it."""

@@ -10,7 +10,7 @@ def test_help_lists_every_planned_subcommand():
         [sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True
     )
     assert r.returncode == 0
-    for name in ("train", "demo", "grade", "serve-rewards", "dashboard"):
+    for name in ("train", "demo", "eval", "grade", "serve-rewards", "dashboard"):
         assert name in r.stdout
 
 
@@ -55,3 +55,19 @@ def test_grade_parses_its_arguments(monkeypatch):
     assert args.model == "runs/demo/sft/hf" and args.data == ["a.jsonl", "b.jsonl"]
     assert args.out == "g.jsonl" and args.samples == 8 and args.cpus is None
     assert args.config is None and args.overrides == ["rollout.temperature=1.0"]
+
+
+def test_eval_parses_its_arguments_with_greedy_defaults(monkeypatch):
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "eval", ("json", "dumps", "x"))
+    monkeypatch.setattr("json.dumps", lambda args: seen.setdefault("args", args) and 0)
+    cli.main(["eval", "runs/demo/rl/hf", "h.jsonl"])
+    args = seen.pop("args")
+    assert args.model == "runs/demo/rl/hf" and args.data == ["h.jsonl"]
+    assert args.samples == 1 and args.temperature is None and args.out is None
+    assert args.batch_items == 128 and args.cpus is None and args.overrides == []
+    cli.main(["eval", "m", "a.jsonl", "b.jsonl", "--samples", "4", "--temperature", "1.0",
+              "--out", "o.jsonl", "--batch-items", "0", "--set", "rollout.n=1"])  # fmt: skip
+    args = seen["args"]
+    assert (args.samples, args.temperature, args.out, args.batch_items) == (4, 1.0, "o.jsonl", 0)
+    assert args.data == ["a.jsonl", "b.jsonl"] and args.overrides == ["rollout.n=1"]

@@ -96,3 +96,115 @@ def test_a_failed_evaluation_raises_and_still_frees_its_actor(ray_two_cpus, tiny
     with pytest.raises(Exception, match="no-such-image"):
         evaluate(tiny_vlm, [broken, *items[1:]], rollout, num_cpus=1)
     assert _cpus_back(ray_two_cpus)
+
+
+def _record(item_id, domain, passed, error=None, reward=None, sample=0):
+    return {"id": item_id, "domain": domain, "sample": sample, "passed": passed, "error": error,
+            "reward": float(passed) if reward is None else reward}  # fmt: skip
+
+
+def test_eval_summary_gives_pass_rate_pass_at_k_and_keeps_unscorable_answers_apart():
+    from cluster.evaluate import eval_summary, summary_table
+
+    records = [
+        _record("m1", "math", True), _record("m1", "math", False, "format", sample=1),
+        _record("m2", "math", False, "timeout"), _record("m2", "math", False, sample=1),
+        _record("g1", "grounding", False, reward=0.4), _record("g1", "grounding", True, sample=1),
+    ]  # fmt: skip
+    s = eval_summary(records)
+    assert list(s) == ["grounding", "math", "all"]
+    assert s["math"] == {
+        "items": 2, "answers": 4, "pass_rate": 0.25, "pass_at_k": 0.5, "reward": 0.25,
+        "errors": {"format": 1, "timeout": 1}, "unscorable": 1,
+    }  # fmt: skip
+    assert s["grounding"]["pass_rate"] == 0.5 and s["grounding"]["pass_at_k"] == 1.0
+    assert s["grounding"]["reward"] == pytest.approx(0.7)
+    # "all" weighs domains alike, like `summarize`, and adds up counts
+    assert s["all"]["pass_rate"] == pytest.approx(0.375)
+    assert s["all"]["pass_at_k"] == pytest.approx(0.75)
+    assert s["all"]["items"] == 3 and s["all"]["answers"] == 6
+    assert s["all"]["errors"] == {"format": 1, "timeout": 1} and s["all"]["unscorable"] == 1
+    assert eval_summary([]) == {}
+
+    table = summary_table(s, samples=2).splitlines()
+    assert "pass@2" in table[0] and "unscorable" in table[0]
+    assert table[2].split() == ["math", "2", "25.0%", "50.0%", "0.250", "1", "1"]
+    assert "pass@" not in summary_table(s, samples=1)
+
+
+def test_answer_items_rejects_requests_it_cannot_honour_before_starting_a_worker(tmp_path):
+    from cluster.evaluate import answer_items
+
+    items = [Item(id="a", domain="math", prompt="p", answer="1")]
+    rollout = RolloutConfig(engine="hf")
+    with pytest.raises(ValueError, match="several greedy answers"):
+        answer_items(tmp_path, items, rollout, samples=2, temperature=0.0)
+    with pytest.raises(ValueError, match="samples must be at least 1"):
+        answer_items(tmp_path, items, rollout, samples=0)
+    with pytest.raises(ValueError, match="'a' appears more than once"):
+        answer_items(tmp_path, items * 2, rollout)
+    with pytest.raises(ValueError, match="batch_items"):
+        answer_items(tmp_path, items, rollout, batch_items=0)
+
+
+def _eval_args(model, data, **kw):
+    import argparse
+
+    base = dict(
+        model=str(model), data=[str(p) for p in data], config=None, samples=1, temperature=None,
+        out=None, cpus=1.0, batch_items=2,
+        overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
+    )  # fmt: skip
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
+    ray_two_cpus, tiny_vlm, tmp_path, capsys
+):
+    import json
+
+    from cluster.evaluate import eval_summary, main
+    from rlcs.data import load_items
+    from rlcs.tasks import build_task_data
+
+    sizes = {"rl_train": 1, "heldout": 3, "sft": 1, "pretrain": 1}
+    files = build_task_data(tmp_path / "data", sizes=sizes, domains=("math", "grounding"),
+                            difficulty=(0.0, 0.3), progress=False)  # fmt: skip
+    heldout = files["heldout"]
+
+    # greedy, in batches of 2 items: the figures `evaluate` gives the demo
+    assert main(_eval_args(tiny_vlm, [heldout])) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
+    want = evaluate(tiny_vlm, _items(tmp_path / "again"), RolloutConfig(
+        engine="hf", max_think_tokens=8, max_answer_tokens=8), num_cpus=1)  # fmt: skip
+    assert {d: {k: v[k] for k in ("pass_rate", "reward")} for d, v in result["summary"].items()} \
+        == want  # fmt: skip
+    assert "one greedy answer per item" in out and result["temperature"] == 0.0
+
+    # sampled: K answers per item, all written, in item order, and the summary is theirs
+    answers = tmp_path / "answers" / "a.jsonl"
+    args = _eval_args(tiny_vlm, [heldout], samples=3, temperature=1.0, out=str(answers))
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1].removeprefix("RESULT "))
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    ids = [it.id for it in load_items(heldout)]
+    assert [(r["id"], r["sample"]) for r in rows] == [(i, k) for i in ids for k in range(3)]
+    assert all(r["passed"] == (r["error"] is None and r["reward"] >= 1.0) for r in rows)
+    assert result["summary"] == eval_summary(rows)
+    assert result["summary"]["all"]["answers"] == 3 * len(ids)
+    # the untrained model's answers are malformed: wrong answers, not unscorable ones
+    assert sum(result["summary"]["all"]["errors"].values()) > 0
+    assert result["summary"]["all"]["unscorable"] == 0
+
+    # bad input: a clear message and exit code 2, nothing written
+    for bad, message in [
+        (dict(samples=2, temperature=0.0), "one greedy answer"),
+        (dict(model=str(tmp_path)), "not a Hugging Face model directory"),
+        (dict(data=[str(tmp_path / "none.jsonl")]), "no such item file"),
+        (dict(out=str(heldout)), "is one of the inputs"),
+        (dict(overrides=["rollout.no_such_key=1"]), "no_such_key"),
+    ]:
+        assert main(_eval_args(**{"model": tiny_vlm, "data": [heldout], **bad})) == 2
+        assert message in capsys.readouterr().err
+    assert load_items(heldout)  # the input is intact
