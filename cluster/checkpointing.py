@@ -19,7 +19,6 @@ import ray
 from rlcs.config import Config
 
 _TAG = re.compile(r"^step_(\d{8})$")
-KEEP = 2
 
 
 def tag_of(step: int) -> str:
@@ -73,9 +72,12 @@ class Checkpointer:
         roles.learner.save_checkpoint(
             self.root, tag_of(step), {"step": step, "stage": self.cfg.stage}
         )
+        if self.cfg.run.export_hf_checkpoints:
+            roles.learner.export_hf(self.root / tag_of(step) / "hf")
         if roles.sampler is not None:
             ray.get(roles.sampler.save.remote())
-        for old in self.steps()[:-KEEP]:
+        keep = self.cfg.run.keep_checkpoints
+        for old in self.steps()[:-keep] if keep else []:
             shutil.rmtree(self.root / tag_of(old), ignore_errors=True)
 
     def _last_step(self) -> int:

@@ -283,6 +283,17 @@ class RunConfig(Section):
     iterations: int = Field(10, ge=1, description="RL iterations.")
     prompts_per_iteration: int = Field(32, ge=1)
     save_every: int = Field(10, ge=0)
+    keep_checkpoints: int = Field(
+        2,
+        ge=0,
+        description="Learner checkpoints kept on disk, the newest ones (each holds the "
+        "optimizer state); 0 keeps every one.",
+    )
+    export_hf_checkpoints: bool = Field(
+        False,
+        description="Also write each checkpoint's model in Hugging Face format, to "
+        "checkpoints/step_<k>/hf (for `rlcs eval`); removed with its checkpoint.",
+    )
     eval_every: int = Field(
         0,
         ge=0,

@@ -55,7 +55,7 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 # One HF-engine run serves both the run-directory checks and, as the uninterrupted reference,
 # the resume test: each driver start costs ~30 s of Ray and actor start-up on two cores.
 STRAIGHT = [*FAST, "rollout.engine=hf", "run.iterations=4", "run.save_every=2",
-            "run.eval_every=2"]  # fmt: skip
+            "run.eval_every=2", "run.export_hf_checkpoints=true"]  # fmt: skip
 
 
 def set_args(sets: list[str], root: Path) -> list[str]:
@@ -78,6 +78,11 @@ def test_rl_run_writes_the_run_directory(straight_run):
                  "checkpoints/step_00000004"):  # fmt: skip
         assert (run / name).exists(), name
     assert any((run / "tensorboard").iterdir())
+    # each checkpoint holds its model in HF format; the last one is the run's final model
+    step2, step4 = (run / "checkpoints" / f"step_0000000{k}" / "hf" for k in (2, 4))
+    assert (step2 / "config.json").is_file()
+    final = (run / "hf" / "model.safetensors").read_bytes()
+    assert (step4 / "model.safetensors").read_bytes() == final
     recs = read_metrics(run)
     assert [r["step"] for r in recs] == [1, 2, 3, 4]
     assert {

@@ -1,0 +1,55 @@
+"""Checkpoint retention and the optional Hugging Face export beside each checkpoint
+(cluster.checkpointing). The learner here is a stand-in that writes what the real one would
+name; the real learner's checkpoints are covered by tests/cluster/test_train.py."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from cluster.checkpointing import Checkpointer, tag_of
+from rlcs.config import load_config
+
+
+class FakeLearner:
+    def __init__(self):
+        self.exported: list[Path] = []
+
+    def save_checkpoint(self, root: Path, tag: str, client_state: dict) -> None:
+        (root / tag).mkdir(parents=True)
+        (root / tag / "state.txt").write_text(str(client_state["step"]))
+        (root / "latest").write_text(tag)
+
+    def export_hf(self, out_dir: Path) -> str:
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        self.exported.append(out_dir)
+        return str(out_dir)
+
+
+def _saved(tmp_path, *sets: str) -> tuple[Checkpointer, FakeLearner]:
+    cfg = load_config("configs/tiny-text.yaml", ["stage=sft", "learner.steps=10", *sets])
+    ckpt = Checkpointer(tmp_path, cfg)
+    roles = SimpleNamespace(learner=FakeLearner(), sampler=None)
+    for step in range(1, 11):
+        ckpt.maybe_save(roles, step)
+    return ckpt, roles.learner
+
+
+def test_the_newest_checkpoints_are_kept_and_resume_takes_the_last(tmp_path):
+    ckpt, learner = _saved(tmp_path, "run.save_every=2")
+    assert ckpt.steps() == [8, 10]  # the default keeps two
+    assert ckpt.resume_point() == 10
+    assert learner.exported == []  # no Hugging Face export unless asked
+
+    ckpt, _ = _saved(tmp_path / "three", "run.save_every=2", "run.keep_checkpoints=3")
+    assert ckpt.steps() == [6, 8, 10]
+    ckpt, _ = _saved(tmp_path / "all", "run.save_every=3", "run.keep_checkpoints=0")
+    assert ckpt.steps() == [3, 6, 9, 10]  # every one, and the last step always
+
+
+def test_hf_export_beside_each_checkpoint_goes_with_it(tmp_path):
+    ckpt, learner = _saved(tmp_path, "run.save_every=5", "run.keep_checkpoints=1",
+                           "run.export_hf_checkpoints=true")  # fmt: skip
+    assert learner.exported == [tmp_path / "checkpoints" / tag_of(s) / "hf" for s in (5, 10)]
+    assert ckpt.steps() == [10]
+    assert (tmp_path / "checkpoints" / tag_of(10) / "hf" / "config.json").is_file()
+    assert not (tmp_path / "checkpoints" / tag_of(5)).exists()
