@@ -72,14 +72,29 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
 
 
 def _add_eval(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="a Hugging Face model directory (e.g. runs/demo/rl/hf)")
     p.add_argument(
-        "data", nargs="+", help="JSONL or Parquet item files (e.g. runs/demo/data/heldout.jsonl)"
+        "model",
+        help="a Hugging Face model directory (e.g. runs/demo/sft/hf), or a run directory "
+        "(e.g. runs/demo/rl): its final model, its config and its data.eval",
+    )
+    p.add_argument(
+        "data",
+        nargs="*",
+        help="JSONL or Parquet item files (e.g. runs/demo/data/heldout.jsonl); "
+        "for a run directory, default its data.eval",
+    )
+    p.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="a run directory's checkpoint at this step instead of its final model "
+        "(kept with run.export_hf_checkpoints)",
     )
     p.add_argument(
         "--config",
         default=None,
-        help="rollout, reward and cluster settings (default configs/tiny-vlm.yaml)",
+        help="rollout, reward and cluster settings (default: the run's config.yaml for a "
+        "run directory, else configs/tiny-vlm.yaml)",
     )
     p.add_argument(
         "--samples",

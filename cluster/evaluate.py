@@ -243,20 +243,86 @@ def eval_files(
             "summary": eval_summary(records), "out": str(out) if out else None}  # fmt: skip
 
 
-def main(args: argparse.Namespace) -> int:
+class EvalTargetError(ValueError):
+    """What `rlcs eval` was given does not name a model and items it can evaluate."""
+
+
+def resolve_target(
+    target: Path,
+    step: int | None,
+    config: Path | None,
+    data: Sequence[str],
+    overrides: Sequence[str] = (),
+) -> tuple[Path, Config, list[Path]]:
+    """(model directory, config, item files) for `rlcs eval`; the config is ``config`` (default
+    configs/tiny-vlm.yaml) with ``overrides``.
+
+    ``target`` is a Hugging Face model directory, or a run directory (one holding the
+    ``config.yaml`` that `rlcs train` writes): then the model is its final ``hf/`` (or, with
+    ``step``, the copy `run.export_hf_checkpoints` put beside that checkpoint), the config is
+    the run's own, and the items default to its ``data.eval``.
+    """
+    from cluster.checkpointing import tag_of
     from cluster.demo import DEFAULT_CONFIG
+    from rlcs.config import load_config
+
+    files = [Path(p) for p in data]
+    if (target / "config.json").is_file():
+        if step is not None:
+            raise EvalTargetError(f"--step needs a run directory; {target} is a model directory")
+        if not files:
+            raise EvalTargetError("give the item files to evaluate on")
+        return target, load_config(config or DEFAULT_CONFIG, list(overrides)), files
+    if not (target / "config.yaml").is_file() and (target / "rl" / "config.yaml").is_file():
+        raise EvalTargetError(
+            f"{target} holds a run per stage (as `rlcs demo` writes): evaluate one of them, "
+            f"e.g. {target / 'sft'} or {target / 'rl'}"
+        )
+    if not (target / "config.yaml").is_file():
+        raise EvalTargetError(
+            f"{target} is neither a Hugging Face model directory (config.json) nor a run "
+            "directory (config.yaml)"
+        )
+    config = config or target / "config.yaml"
+    if step is None:
+        model = target / "hf"
+        if not (model / "config.json").is_file():
+            raise EvalTargetError(
+                f"{target} has no final model ({model}): the run has not finished; pass --step K "
+                "for a checkpoint exported with run.export_hf_checkpoints"
+            )
+    else:
+        model = target / "checkpoints" / tag_of(step) / "hf"
+        if not (model / "config.json").is_file():
+            have = sorted(q.parent.name for q in (target / "checkpoints").glob("step_*/hf"))
+            raise EvalTargetError(
+                f"{target}: no Hugging Face copy of step {step} ({model}); "
+                + (f"steps with one: {', '.join(have)}" if have else
+                   "none was kept: run with run.export_hf_checkpoints: true")
+            )  # fmt: skip
+    cfg = load_config(config, list(overrides))
+    if not files:
+        if cfg.data.synthetic is not None:
+            files = [target / "data" / "heldout.jsonl"]
+        else:
+            files = [Path(f) for f in cfg.data.eval]
+        if not files:
+            raise EvalTargetError(f"{config} names no data.eval: give the item files")
+    return model, cfg, files
+
+
+def main(args: argparse.Namespace) -> int:
     from cluster.train import connect_ray
-    from rlcs.config import ConfigError, load_config
+    from rlcs.config import ConfigError
     from rlcs.data import DatasetError
 
     try:
-        cfg = load_config(Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
-    except ConfigError as e:
+        model, cfg, files = resolve_target(
+            Path(args.model), args.step, Path(args.config) if args.config else None, args.data,
+            args.overrides,
+        )  # fmt: skip
+    except (ConfigError, EvalTargetError) as e:
         print(f"rlcs eval: {e}", file=sys.stderr)
-        return 2
-    model = Path(args.model)
-    if not (model / "config.json").is_file():
-        print(f"rlcs eval: {model} is not a Hugging Face model directory", file=sys.stderr)
         return 2
     samples = args.samples
     temperature = args.temperature
@@ -267,14 +333,14 @@ def main(args: argparse.Namespace) -> int:
               "answer (temperature 0) or several sampled ones (temperature above 0)",
               file=sys.stderr)  # fmt: skip
         return 2
-    missing = [p for p in args.data if not Path(p).is_file()]
+    missing = [str(p) for p in files if not p.is_file()]
     if missing:
         print(f"rlcs eval: no such item file: {', '.join(missing)}", file=sys.stderr)
         return 2
     connect_ray(cfg)
     try:
         result = eval_files(
-            cfg, model, [Path(p) for p in args.data], samples=samples, temperature=temperature,
+            cfg, model, files, samples=samples, temperature=temperature,
             num_cpus=args.cpus or cfg.cluster.rollout_cpus_per_worker,
             batch_items=args.batch_items or None, out=Path(args.out) if args.out else None,
         )  # fmt: skip

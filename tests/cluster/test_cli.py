@@ -66,6 +66,10 @@ def test_eval_parses_its_arguments_with_greedy_defaults(monkeypatch):
     assert args.model == "runs/demo/rl/hf" and args.data == ["h.jsonl"]
     assert args.samples == 1 and args.temperature is None and args.out is None
     assert args.batch_items == 128 and args.cpus is None and args.overrides == []
+    assert args.step is None and args.config is None
+    cli.main(["eval", "runs/demo/rl", "--step", "8"])
+    args = seen.pop("args")
+    assert args.model == "runs/demo/rl" and args.data == [] and args.step == 8
     cli.main(["eval", "m", "a.jsonl", "b.jsonl", "--samples", "4", "--temperature", "1.0",
               "--out", "o.jsonl", "--batch-items", "0", "--set", "rollout.n=1"])  # fmt: skip
     args = seen["args"]

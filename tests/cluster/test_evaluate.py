@@ -1,6 +1,8 @@
 """Held-out evaluation (cluster.evaluate): the figures the demo and the benchmarks report."""
 
+import shutil
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -152,7 +154,7 @@ def _eval_args(model, data, **kw):
 
     base = dict(
         model=str(model), data=[str(p) for p in data], config=None, samples=1, temperature=None,
-        out=None, cpus=1.0, batch_items=2,
+        out=None, cpus=1.0, batch_items=2, step=None,
         overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
     )  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
@@ -200,7 +202,7 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     # bad input: a clear message and exit code 2, nothing written
     for bad, message in [
         (dict(samples=2, temperature=0.0), "one greedy answer"),
-        (dict(model=str(tmp_path)), "not a Hugging Face model directory"),
+        (dict(model=str(tmp_path)), "neither a Hugging Face model directory"),
         (dict(data=[str(tmp_path / "none.jsonl")]), "no such item file"),
         (dict(out=str(heldout)), "is one of the inputs"),
         (dict(overrides=["rollout.no_such_key=1"]), "no_such_key"),
@@ -208,3 +210,76 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
         assert main(_eval_args(**{"model": tiny_vlm, "data": [heldout], **bad})) == 2
         assert message in capsys.readouterr().err
     assert load_items(heldout)  # the input is intact
+
+    # a run directory: its final model, or a checkpoint's copy, with its config and data.eval
+    from rlcs.config import load_config
+
+    run = tmp_path / "run"
+    cfg = load_config("configs/tiny-vlm.yaml", [
+        "data.synthetic=null", f"data.train=[{heldout}]", f"data.eval=[{heldout}]",
+        "rollout.max_think_tokens=8", "rollout.max_answer_tokens=8",
+    ])  # fmt: skip
+    shutil.copytree(tiny_vlm, run / "hf")
+    shutil.copytree(tiny_vlm, run / "checkpoints" / "step_00000003" / "hf")
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    greedy = _eval_args(model=run, data=[], overrides=[])
+    for step in (None, 3):
+        greedy.step = step
+        assert main(greedy) == 0
+        got = json.loads(capsys.readouterr().out.splitlines()[-1].removeprefix("RESULT "))
+        assert {d: {k: v[k] for k in ("pass_rate", "reward")} for d, v in got["summary"].items()} \
+            == want  # fmt: skip
+    greedy.step = 5
+    assert main(greedy) == 2
+    assert "no Hugging Face copy of step 5" in (err := capsys.readouterr().err)
+    assert "steps with one: step_00000003" in err
+
+
+def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(tmp_path):
+    from cluster.evaluate import EvalTargetError, resolve_target
+    from rlcs.config import load_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    got, cfg, files = resolve_target(model, None, None, ["a.jsonl"], ["rollout.n=3"])
+    assert got == model and files == [Path("a.jsonl")] and cfg.rollout.n == 3
+    assert cfg.model.tiny == "vlm"  # the default config, configs/tiny-vlm.yaml
+    with pytest.raises(EvalTargetError, match="give the item files"):
+        resolve_target(model, None, None, [])
+    with pytest.raises(EvalTargetError, match="--step needs a run directory"):
+        resolve_target(model, 2, None, ["a.jsonl"])
+    with pytest.raises(EvalTargetError, match="neither a Hugging Face model directory"):
+        resolve_target(tmp_path, None, None, ["a.jsonl"])
+
+    # a synthetic-data run reads its own held-out split
+    run = tmp_path / "demo" / "rl"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(load_config("configs/tiny-vlm.yaml").to_yaml())
+    with pytest.raises(EvalTargetError, match="a run per stage.*e.g. .*sft or .*rl"):
+        resolve_target(tmp_path / "demo", None, None, [])
+    with pytest.raises(EvalTargetError, match="the run has not finished"):
+        resolve_target(run, None, None, [])
+    with pytest.raises(EvalTargetError, match="none was kept: run with run.export_hf_checkpoints"):
+        resolve_target(run, 4, None, [])
+    shutil.copytree(model, run / "hf")
+    shutil.copytree(model, run / "checkpoints" / "step_00000004" / "hf")
+    got, cfg, files = resolve_target(run, None, None, [])
+    assert got == run / "hf" and files == [run / "data" / "heldout.jsonl"]
+    got, _, _ = resolve_target(run, 4, None, ["b.jsonl"])
+    assert got == run / "checkpoints" / "step_00000004" / "hf"
+    with pytest.raises(EvalTargetError, match="steps with one: step_00000004"):
+        resolve_target(run, 8, None, [])
+
+    # a run on item files reads its data.eval, and says so when it names none
+    text = tmp_path / "text"
+    shutil.copytree(model, text / "hf")
+    on_files = ["data.synthetic=null", "data.train=[t.jsonl]"]
+    for evals in ("[e.jsonl]", "[]"):
+        cfg = load_config("configs/tiny-text.yaml", [*on_files, f"data.eval={evals}"])
+        (text / f"config{evals == '[]'}.yaml").write_text(cfg.to_yaml())
+    shutil.copy(text / "configFalse.yaml", text / "config.yaml")
+    assert resolve_target(text, None, None, [])[2] == [Path("e.jsonl")]
+    shutil.copy(text / "configTrue.yaml", text / "config.yaml")
+    with pytest.raises(EvalTargetError, match="names no data.eval"):
+        resolve_target(text, None, None, [])
