@@ -103,6 +103,7 @@ class RunReader:
             "iterations": x,
             "tiers": tiers,
             "subcategories": dict(sorted(subcategories.items())),
+            "subcategory_rates": _sampler_rates(store["meta"], subcategories),
             "domains": domains,
             "population": population,
             "sampled": sampled,
@@ -171,3 +172,24 @@ class RunReader:
             if name and name != rows[-1]["domain"]:  # items without one are keyed by domain
                 rows[-1]["subcategory"] = name.removeprefix(rows[-1]["domain"] + "/")
         return {"total": int(len(matches)), "rows": rows, "snapshot_iteration": meta["iteration"]}
+
+
+def _sampler_rates(
+    meta: dict[str, Any], per_iteration: dict[str, list[float | None]]
+) -> dict[str, list[float | None]]:
+    """With ``curriculum.subcategory_prior``, the rate the sampler gives each subcategory's
+    items without evidence after every iteration: the blend over recent iterations
+    (``tier_rate_ema``) of the per-iteration rates, as the curriculum computes it. Empty for runs
+    without the prior, and for stores written before the setting was kept."""
+    a = meta.get("tier_rate_ema")
+    if not meta.get("subcategory_prior") or a is None:
+        return {}
+    out: dict[str, list[float | None]] = {}
+    for name, ys in sorted(per_iteration.items()):
+        rate, line = None, []
+        for y in ys:
+            if y is not None:
+                rate = y if rate is None else (1 - a) * rate + a * y
+            line.append(rate)
+        out[name] = line
+    return out

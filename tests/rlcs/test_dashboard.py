@@ -293,6 +293,12 @@ def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
     assert list(series["subcategories"]) == names
     drawn = read_store(run / "curriculum" / "aggregates.sqlite")["subcategories"]
     assert drawn and all(r["rollouts"] > 0 for r in drawn)
+    # the dashed lines are the rates the sampler itself holds after the last iteration
+    rates = series["subcategory_rates"]
+    assert list(rates) == names
+    held = {cur.category_names[c]: float(r) for c, r in enumerate(cur.category_rate)}
+    assert {n: rates[n][-1] for n in names} == pytest.approx(held, abs=1e-12)
+    assert rates["math/add"][-1] > rates["math/sub"][-1]  # the skills the simulation gave
     with serve(run) as url:
         page = browser.new_page()
         page.goto(f"{url}/?token={TOKEN}")
@@ -300,7 +306,7 @@ def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
         shown = page.evaluate(
             "document.getElementById('plot-subcategories').data.map((t) => t.name)"
         )
-        assert shown == names
+        assert shown == names + [f"{n} (sampler's rate)" for n in names]
         page.close()
 
 
@@ -317,3 +323,5 @@ def test_a_store_written_before_subcategories_reads_without_them(tmp_path):
         db.execute("DROP TABLE subcategories")
     stored = read_store(path)
     assert stored["subcategories"] == [] and len(stored["iterations"]) == 1
+    series = RunReader(tmp_path).series()
+    assert series["subcategories"] == {} and series["subcategory_rates"] == {}

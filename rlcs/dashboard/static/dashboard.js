@@ -67,15 +67,23 @@ function draw() {
 }
 
 // Only for runs whose items name subcategories: each one's pass rate in the iterations that
-// drew it, joined across the iterations that did not.
+// drew it, joined across the iterations that did not; with curriculum.subcategory_prior, also
+// (dashed) the rate over recent iterations that the sampler gives its items without evidence.
 function drawSubcategories() {
   const names = Object.keys(series.subcategories || {});
   const figure = document.getElementById("fig-subcategories");
   figure.hidden = names.length === 0;
   if (figure.hidden) return;
+  const rates = series.subcategory_rates || {};
   const traces = names.map((name, i) => ({ x: series.iterations, y: series.subcategories[name],
-    name, type: "scatter", mode: "lines+markers", connectgaps: true, marker: { size: 4 },
-    line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+    name, legendgroup: name, type: "scatter", mode: "lines+markers", connectgaps: true,
+    marker: { size: 4 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+  names.forEach((name, i) => {
+    if (!rates[name]) return;
+    traces.push({ x: series.iterations, y: rates[name], name: `${name} (sampler's rate)`,
+      legendgroup: name, type: "scatter", mode: "lines",
+      line: { color: TIER_COLORS[i % TIER_COLORS.length], dash: "dash" } });
+  });
   Plotly.react("plot-subcategories", traces, Object.assign({}, layoutBase,
     { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
