@@ -97,6 +97,7 @@ def answer_items(
     batch_items: int | None = None,
     timeout_s: float | None = None,
     progress: bool = False,
+    desc: str = "eval",
 ) -> list[dict[str, Any]]:
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
     verifiers: one record per answer, in item order, with the item's id and domain, the answer's
@@ -126,7 +127,7 @@ def answer_items(
     records: list[dict[str, Any]] = []
     with (
         rollout_worker(model_path, cfg, num_cpus) as worker,
-        tqdm(total=len(items), desc="eval", unit="item", disable=not progress) as bar,
+        tqdm(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
     ):
         for start in range(0, len(items), step):
             chunk = list(items[start : start + step])

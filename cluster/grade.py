@@ -52,45 +52,30 @@ def pass_rates(
     ``rollout.temperature``; image paths must be absolute. The worker is killed at the end,
     also on failure.
     """
-    import ray
-    from tqdm import tqdm
+    from cluster.evaluate import answer_items
 
-    from cluster.evaluate import rollout_worker, score_trajectories
-
-    if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
     if rollout.temperature <= 0.0:
         raise ValueError("grading samples answers: rollout.temperature must be above 0")
-    by_id = {it.id: it for it in items}
-    successes: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
-    with (
-        rollout_worker(model_path, rollout, num_cpus) as worker,
-        tqdm(total=len(items), desc="grade", unit="item", disable=not progress) as bar,
-    ):
-        for start in range(0, len(items), batch_items):
-            chunk = list(items[start : start + batch_items])
-            trajs = ray.get(
-                worker.generate.remote(chunk, n=samples, step=start, temperature=rollout.temperature)
-            )  # fmt: skip
-            scored = score_trajectories(trajs, by_id, timeout_s)
-            errors += tally(trajs, scored, threshold, successes)
-            bar.update(len(chunk))
+    records = answer_items(
+        model_path, items, rollout, samples, temperature=rollout.temperature,
+        num_cpus=num_cpus, batch_items=batch_items, timeout_s=timeout_s, progress=progress,
+        desc="grade",
+    )  # fmt: skip
+    successes, errors = tally(records, threshold)
     return {it.id: successes[it.id] / samples for it in items}, errors
 
 
-def tally(
-    trajs: Sequence[Any], scored: Sequence[Any], threshold: float, successes: Counter
-) -> Counter[str]:
-    """Add each scored answer that reaches ``threshold`` to its item's count in ``successes``;
-    returns the errors by kind. An answer with an error never counts as a pass."""
+def tally(records: Sequence[dict[str, Any]], threshold: float) -> tuple[Counter[str], Counter[str]]:
+    """Each item's answers that reach ``threshold``, and the answers' errors by kind, from
+    `cluster.evaluate.answer_items`' records. An answer with an error never counts as a pass."""
+    successes: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    for t, r in zip(trajs, scored, strict=True):
-        if r.error is not None:
-            errors[r.error] += 1
-        elif r.reward >= threshold:
-            successes[t.item_id] += 1
-    return errors
+    for r in records:
+        if r["error"] is not None:
+            errors[r["error"]] += 1
+        elif r["reward"] >= threshold:
+            successes[r["id"]] += 1
+    return successes, errors
 
 
 def graded_items(
