@@ -351,7 +351,7 @@ def main(args: argparse.Namespace) -> int:
     how = (
         "one greedy answer"
         if temperature == 0.0
-        else f"{samples} answers at temperature {temperature:g}"
+        else f"{samples} answer{'s' if samples > 1 else ''} at temperature {temperature:g}"
     )
     print(f"{model}: {how} per item")
     print(summary_table(result["summary"], samples))
