@@ -39,18 +39,44 @@ def summarize(per: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def evaluate_live(roles: Any, items: list[Item], timeout_s: float) -> dict[str, dict[str, float]]:
+#: the held-out samples' seeds (``step`` of the rollout workers) sit this far from the training
+#: rollouts', whose step is the iteration
+EVAL_STEP_OFFSET = 1 << 20
+
+
+def evaluate_live(
+    roles: Any,
+    items: list[Item],
+    timeout_s: float,
+    samples: int = 0,
+    temperature: float = 1.0,
+    step: int = EVAL_STEP_OFFSET,
+) -> dict[str, dict[str, float]]:
     """The same figures from a running RL loop: greedy answers from its own rollout workers
-    (which hold the learner's latest weights), scored on its reward pool."""
+    (which hold the learner's latest weights), scored on its reward pool. With ``samples``, also
+    that many answers per item at ``temperature`` (seeded by ``step``): each domain's
+    ``sampled_pass_rate`` and ``pass_at_k``, as `rlcs eval --samples` gives them."""
     from cluster.rl_iteration import score
 
-    trajs = roles.rollout.generate(items, n=1, temperature=0.0)
     by_id = {it.id: it for it in items}
+    trajs = roles.rollout.generate(items, n=1, temperature=0.0)
     score(roles.rewards, trajs, by_id, timeout_s)
     per: dict[str, list[float]] = defaultdict(list)
     for t in trajs:
         per[by_id[t.item_id].domain].append(float(t.reward))
-    return summarize(per)
+    out = summarize(per)
+    if samples:
+        sampled = roles.rollout.generate(items, n=samples, temperature=temperature, step=step)
+        score(roles.rewards, sampled, by_id, timeout_s)
+        records = []
+        for t in sampled:
+            error = t.reward_detail.get("error")
+            records.append({"id": t.item_id, "domain": by_id[t.item_id].domain,
+                            "reward": t.reward, "error": error,
+                            "passed": error is None and t.reward >= 1.0})  # fmt: skip
+        for domain, v in eval_summary(records).items():
+            out[domain].update(sampled_pass_rate=v["pass_rate"], pass_at_k=v["pass_at_k"])
+    return out
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import ray
 from tqdm import tqdm
 
 from cluster.checkpointing import Checkpointer
-from cluster.evaluate import evaluate_live
+from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
@@ -104,7 +104,10 @@ def run_rl(
         res = run_iteration(cfg, roles, items, it)
         every = cfg.run.eval_every
         if every and data.eval_items and ((it + 1) % every == 0 or it + 1 == cfg.run.iterations):
-            ev = evaluate_live(roles, data.eval_items, cfg.reward.timeout_s)
+            ev = evaluate_live(
+                roles, data.eval_items, cfg.reward.timeout_s, samples=cfg.run.eval_samples,
+                temperature=cfg.rollout.temperature, step=EVAL_STEP_OFFSET + it + 1,
+            )  # fmt: skip
             res.metrics.update(eval_metrics(ev))
         log.log(it + 1, res.metrics, stage="rl")
         log.samples(it + 1, res.samples)
@@ -115,11 +118,14 @@ def run_rl(
 
 
 def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:
-    """``eval/pass_rate/<domain>`` and ``eval/reward/<domain>``, "all" included."""
+    """``eval/pass_rate/<domain>`` and ``eval/reward/<domain>``, "all" included; with sampled
+    answers (``run.eval_samples``) also ``eval/sampled_pass_rate/<domain>`` and
+    ``eval/pass_at_k/<domain>``."""
     out = {}
     for domain, v in ev.items():
-        out[f"eval/pass_rate/{domain}"] = v["pass_rate"]
-        out[f"eval/reward/{domain}"] = v["reward"]
+        for key in ("pass_rate", "reward", "sampled_pass_rate", "pass_at_k"):
+            if key in v:
+                out[f"eval/{key}/{domain}"] = v[key]
     return out
 
 

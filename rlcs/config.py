@@ -300,6 +300,13 @@ class RunConfig(Section):
         description="RL: greedy held-out (data.eval) pass rate every N iterations and at the "
         "end, logged as eval/pass_rate/<domain>; 0 turns it off.",
     )
+    eval_samples: int = Field(
+        0,
+        ge=0,
+        description="RL, with eval_every: also this many answers per held-out item at "
+        "rollout.temperature, logged as eval/sampled_pass_rate/<domain> (the share that pass) "
+        "and eval/pass_at_k/<domain> (items with at least one); 0: greedy only.",
+    )
     samples_per_iteration: int = Field(8, ge=0)
     seed: int = 0
 

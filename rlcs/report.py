@@ -12,6 +12,10 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Reward": ("reward/mean", "reward/"),
     "Pass rate by tier": ("pass_rate/tier/",),
     "Held-out pass rate (greedy)": ("eval/pass_rate/",),
+    "Held-out samples (run.eval_samples: sampled pass rate, pass@k)": (
+        "eval/sampled_pass_rate/",
+        "eval/pass_at_k/",
+    ),
     "Logprob mismatch (learner vs engine)": ("logprob_mismatch",),
     "Dynamic expansion": ("curriculum/expansion_ratio", "curriculum/valid_fraction"),
     "Response length": ("response/length", "response/forced_answer_rate"),

@@ -55,7 +55,7 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 # One HF-engine run serves both the run-directory checks and, as the uninterrupted reference,
 # the resume test: each driver start costs ~30 s of Ray and actor start-up on two cores.
 STRAIGHT = [*FAST, "rollout.engine=hf", "run.iterations=4", "run.save_every=2",
-            "run.eval_every=2", "run.export_hf_checkpoints=true"]  # fmt: skip
+            "run.eval_every=2", "run.eval_samples=3", "run.export_hf_checkpoints=true"]  # fmt: skip
 
 
 def set_args(sets: list[str], root: Path) -> list[str]:
@@ -96,6 +96,14 @@ def test_rl_run_writes_the_run_directory(straight_run):
     held = [k for k in recs[1] if k.startswith("eval/pass_rate/")]
     assert "eval/pass_rate/all" in held and len(held) >= 2
     assert all(0.0 <= recs[1][k] <= 1.0 for k in held)
+    # and, with run.eval_samples, the sampled pass rate and pass@k of 3 answers an item
+    for domain in [k.removeprefix("eval/pass_rate/") for k in held]:
+        sampled, best = (
+            recs[1][f"eval/sampled_pass_rate/{domain}"],
+            recs[1][f"eval/pass_at_k/{domain}"],
+        )
+        assert 0.0 <= sampled <= best <= 1.0
+    assert (run / "report" / "rl-held-out_samples.png").is_file()
     assert 0.0 <= recs[1]["logprob_mismatch"] < 0.05  # learner and engine see the same thing
     assert load_config(run / "config.yaml").run.iterations == 4
     again = run_cli("configs/tiny-text.yaml", *set_args(STRAIGHT, straight_run))
@@ -225,3 +233,19 @@ def test_supervised_stages_run_through_the_same_driver(tmp_path, stage):
     assert (run / "checkpoints" / "step_00000003").is_dir() and (
         run / "hf" / "config.json"
     ).is_file()
+
+
+def test_eval_metrics_name_every_figure_of_the_held_out_evaluation():
+    from cluster.train import eval_metrics
+
+    greedy = {"math": {"pass_rate": 0.5, "reward": 0.6}, "all": {"pass_rate": 0.5, "reward": 0.6}}
+    assert eval_metrics(greedy) == {
+        "eval/pass_rate/math": 0.5, "eval/reward/math": 0.6,
+        "eval/pass_rate/all": 0.5, "eval/reward/all": 0.6,
+    }  # fmt: skip
+    sampled = {"math": {"pass_rate": 0.5, "reward": 0.6, "sampled_pass_rate": 0.25,
+                        "pass_at_k": 0.75}}  # fmt: skip
+    assert eval_metrics(sampled) == {
+        "eval/pass_rate/math": 0.5, "eval/reward/math": 0.6,
+        "eval/sampled_pass_rate/math": 0.25, "eval/pass_at_k/math": 0.75,
+    }  # fmt: skip
