@@ -143,6 +143,7 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
     (root / "demo.json").write_text(json.dumps(summary, indent=2))
     report = write_demo_report(root, summary)
     console.print(f"report: {report}")
+    console.print(f"score a checkpoint again, or its samples: rlcs eval {root / 'rl'} --samples 4")
     print(result_line(summary))
     return summary
 
