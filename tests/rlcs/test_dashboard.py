@@ -149,6 +149,7 @@ def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir,
     assert sum(hist) == sum(run_dir[1].histogram.tolist())
     assert page.locator("#plot-passrate .scatterlayer .trace").count() >= 5
     assert page.is_hidden("#fig-subcategories")  # its items name no subcategories
+    assert page.is_hidden("#fig-heldout")  # nor does it evaluate on held-out items
 
     rows = page.locator("#item-table tbody tr")
     assert rows.count() == 25
@@ -325,3 +326,73 @@ def test_a_store_written_before_subcategories_reads_without_them(tmp_path):
     assert stored["subcategories"] == [] and len(stored["iterations"]) == 1
     series = RunReader(tmp_path).series()
     assert series["subcategories"] == {} and series["subcategory_rates"] == {}
+
+
+def _eval_line(step: int, greedy: float, sampled: float | None = None) -> str:
+    import json
+
+    rec = {"step": step, "stage": "rl", "reward/mean": 0.5}
+    if greedy is not None:
+        rec |= {"eval/pass_rate/math": greedy, "eval/pass_rate/ocr": 1.0,
+                "eval/pass_rate/all": (greedy + 1.0) / 2, "eval/reward/all": 0.9}  # fmt: skip
+    if sampled is not None:
+        rec |= {"eval/sampled_pass_rate/all": sampled, "eval/pass_at_k/all": min(1.0, 2 * sampled)}
+    return json.dumps(rec) + "\n"
+
+
+def test_heldout_log_reads_what_is_appended_and_starts_over_when_rewritten(tmp_path):
+    from rlcs.dashboard.reader import HeldoutLog
+
+    path = tmp_path / "metrics.jsonl"
+    log = HeldoutLog(path)
+    assert log.read()["steps"] == []  # no file yet
+    path.write_text(_eval_line(1, None) + _eval_line(2, 0.5) + '{"step": 3, "eval/pass')
+    got = log.read()  # the torn last line waits
+    assert got["steps"] == [2]
+    assert got["pass_rate"] == {"all": [0.75], "math": [0.5], "ocr": [1.0]}
+    assert got["sampled_pass_rate"] == {} and got["pass_at_k"] == {}
+    with path.open("a") as f:  # the line is finished, and another comes
+        f.write('_rate/all": 0.8}\n' + _eval_line(4, 0.6, sampled=0.3))
+    got = log.read()
+    assert got["steps"] == [2, 3, 4]
+    assert got["pass_rate"]["all"] == [0.75, 0.8, 0.8] and got["pass_rate"]["math"] == [
+        0.5,
+        None,
+        0.6,
+    ]
+    assert got["sampled_pass_rate"] == {"all": [None, None, 0.3]}
+    assert got["pass_at_k"] == {"all": [None, None, 0.6]}
+    # a resumed run rewrites the file: shorter, and a new file
+    tmp = tmp_path / "metrics.jsonl.tmp"
+    tmp.write_text(_eval_line(2, 0.25))
+    tmp.replace(path)
+    assert log.read()["pass_rate"]["math"] == [0.25]
+
+
+def test_heldout_plot_follows_the_runs_evaluations(browser, tmp_path):
+    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    train(cur, 4, np.random.default_rng(0), np.full(cur.num_items, 0.5))
+    (run / "metrics.jsonl").write_text(_eval_line(2, 0.5, sampled=0.25))
+    with serve(run) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/?token={TOKEN}&refresh=1")
+        page.wait_for_selector("#plot-heldout .main-svg", timeout=20_000)
+        names = "document.getElementById('plot-heldout').data.map((t) => t.name)"
+        assert page.evaluate(names) == [
+            "math",
+            "ocr",
+            "all (greedy)",
+            "all, sampled",
+            "all, pass@k",
+        ]
+        # a new evaluation is drawn on the next poll, with no new curriculum iteration
+        with (run / "metrics.jsonl").open("a") as f:
+            f.write(_eval_line(4, 0.75, sampled=0.5))
+        page.wait_for_function(
+            "document.getElementById('plot-heldout').data[0].x.length === 2", timeout=10_000
+        )
+        assert page.evaluate("document.getElementById('plot-heldout').data[0].y") == [0.5, 0.75]
+        page.close()

@@ -12,6 +12,7 @@ const layoutBase = { margin: { l: 48, r: 12, t: 26, b: 40 },
 const config = { displayModeBar: false, responsive: true };
 let lastIteration = null;
 let lastSnapshot = null;
+let lastHeldout = null;
 let series = null;
 
 async function api(path) {
@@ -64,6 +65,29 @@ function draw() {
     (tr) => Object.assign(tr, { marker: { color: tr.line.color } })),
   Object.assign({}, layoutBase, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
   drawSubcategories();
+  drawHeldout();
+}
+
+// Only for runs that evaluate on held-out items (run.eval_every): the greedy pass rate of each
+// domain and of all, and with run.eval_samples the sampled pass rate and pass@k of all.
+function drawHeldout() {
+  const held = series.heldout || { steps: [] };
+  const figure = document.getElementById("fig-heldout");
+  figure.hidden = held.steps.length === 0;
+  if (figure.hidden) return;
+  const x = held.steps;
+  const domains = Object.keys(held.pass_rate).filter((d) => d !== "all");
+  const traces = domains.map((d, i) => ({ x, y: held.pass_rate[d], name: d, type: "scatter",
+    mode: "lines+markers", marker: { size: 5 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+  const all = [["pass_rate", "all (greedy)", "solid"], ["sampled_pass_rate", "all, sampled", "dash"],
+    ["pass_at_k", "all, pass@k", "dot"]];
+  for (const [kind, name, dash] of all) {
+    const y = (held[kind] || {}).all;
+    if (y) traces.push({ x, y, name, type: "scatter", mode: "lines+markers", marker: { size: 5 },
+      line: { color: "#222", width: 3, dash } });
+  }
+  Plotly.react("plot-heldout", traces, Object.assign({}, layoutBase,
+    { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
 
 // Only for runs whose items name subcategories: each one's pass rate in the iterations that
@@ -138,8 +162,9 @@ async function refresh() {
   const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
   live.textContent = fresh ? "● live" : "finished or idle";
   live.className = fresh ? "on" : "";
-  if (summary.iteration !== lastIteration) {
+  if (summary.iteration !== lastIteration || summary.heldout_step !== lastHeldout) {
     lastIteration = summary.iteration;
+    lastHeldout = summary.heldout_step;
     series = await api("api/series");
     fillSelect("passrate-domain", ["all", ...series.domains], false);
     fillSelect("item-domain", summary.domains, true);
