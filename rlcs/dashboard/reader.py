@@ -8,6 +8,7 @@ query over 10M items touches only the columns it filters on.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ HELDOUT_KINDS = ("pass_rate", "sampled_pass_rate", "pass_at_k")
 class HeldoutLog:
     """The held-out evaluations in a run's ``metrics.jsonl``, read incrementally: each call
     parses only the complete lines appended since the last one, and starts over when the file
-    is replaced or shortened (a resumed run rewrites it)."""
+    is replaced or shortened (a resumed run rewrites it). Safe to call from the server's
+    worker threads at once."""
 
     def __init__(self, path: Path):
         self.path = path
+        self._lock = threading.Lock()
         self._reset(None)
 
     def _reset(self, inode: int | None) -> None:
@@ -44,23 +47,25 @@ class HeldoutLog:
     def read(self) -> dict[str, Any]:
         """``steps`` with an evaluation, and per kind (pass_rate, sampled_pass_rate, pass_at_k)
         each domain's value at those steps (None where that kind was not logged)."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._reset(None)
-            st = None
-        if st is not None:
-            if st.st_ino != self._inode or st.st_size < self._offset:
-                self._reset(st.st_ino)
-            if st.st_size > self._offset:
-                self._consume()
-        steps = sorted(self._points)
+        with self._lock:
+            try:
+                st = self.path.stat()
+            except FileNotFoundError:
+                self._reset(None)
+                st = None
+            if st is not None:
+                if st.st_ino != self._inode or st.st_size < self._offset:
+                    self._reset(st.st_ino)
+                if st.st_size > self._offset:
+                    self._consume()
+            points = dict(self._points)
+        steps = sorted(points)
         out: dict[str, Any] = {"steps": steps}
         for kind in HELDOUT_KINDS:
             prefix = f"eval/{kind}/"
-            domains = sorted({k[len(prefix):] for p in self._points.values() for k in p
+            domains = sorted({k[len(prefix):] for p in points.values() for k in p
                               if k.startswith(prefix)})  # fmt: skip
-            out[kind] = {d: [self._points[s].get(prefix + d) for s in steps] for d in domains}
+            out[kind] = {d: [points[s].get(prefix + d) for s in steps] for d in domains}
         return out
 
     def _consume(self) -> None:
