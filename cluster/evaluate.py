@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
@@ -26,16 +26,29 @@ from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
 
 
-def summarize(per: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    """Per-domain pass rate (reward 1) and mean reward, and their mean over domains as "all"."""
-    out = {
-        d: {"pass_rate": fmean(x >= 1.0 for x in v), "reward": fmean(v)}
-        for d, v in sorted(per.items())
-    }
-    out["all"] = {
-        "pass_rate": fmean(v["pass_rate"] for v in out.values()),
-        "reward": fmean(v["reward"] for v in out.values()),
-    }
+def figures(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The demo's and the benchmarks' figures from an `eval_summary` of one greedy answer an
+    item: each domain's (and "all"'s) ``pass_rate`` (reward 1) and mean ``reward``."""
+    return {d: {"pass_rate": v["pass_rate"], "reward": v["reward"]} for d, v in summary.items()}
+
+
+def answer_records(
+    trajs: Sequence[Any], by_id: dict[str, Item], scores: Iterable[tuple[float, str | None, Any]]
+) -> list[dict[str, Any]]:
+    """One record per scored answer, in order: the item's id and domain, the answer's index
+    among the item's, the response, its reward, whether it passed (reward 1, no error), the
+    verifier's error, the extracted answer, and how generation ended. ``scores`` gives each
+    trajectory's (reward, error, extracted answer)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for t, (reward, error, extracted) in zip(trajs, scores, strict=True):
+        out.append({
+            "id": t.item_id, "domain": by_id[t.item_id].domain, "sample": seen[t.item_id],
+            "response": t.response, "reward": reward, "passed": error is None and reward >= 1.0,
+            "error": error, "extracted": extracted, "finish_reason": t.finish_reason,
+            "forced_answer": t.forced_answer,
+        })  # fmt: skip
+        seen[t.item_id] += 1
     return out
 
 
@@ -59,22 +72,17 @@ def evaluate_live(
     from cluster.rl_iteration import score
 
     by_id = {it.id: it for it in items}
-    trajs = roles.rollout.generate(items, n=1, temperature=0.0)
-    score(roles.rewards, trajs, by_id, timeout_s)
-    per: dict[str, list[float]] = defaultdict(list)
-    for t in trajs:
-        per[by_id[t.item_id].domain].append(float(t.reward))
-    out = summarize(per)
+
+    def scored(trajs: list) -> list[dict[str, Any]]:  # on the run's reward pool
+        score(roles.rewards, trajs, by_id, timeout_s)
+        detail = [(t.reward, t.reward_detail.get("error"), t.reward_detail.get("extracted"))
+                  for t in trajs]  # fmt: skip
+        return answer_records(trajs, by_id, detail)
+
+    out = figures(eval_summary(scored(roles.rollout.generate(items, n=1, temperature=0.0))))
     if samples:
         sampled = roles.rollout.generate(items, n=samples, temperature=temperature, step=step)
-        score(roles.rewards, sampled, by_id, timeout_s)
-        records = []
-        for t in sampled:
-            error = t.reward_detail.get("error")
-            records.append({"id": t.item_id, "domain": by_id[t.item_id].domain,
-                            "reward": t.reward, "error": error,
-                            "passed": error is None and t.reward >= 1.0})  # fmt: skip
-        for domain, v in eval_summary(records).items():
+        for domain, v in eval_summary(scored(sampled)).items():
             out[domain].update(sampled_pass_rate=v["pass_rate"], pass_at_k=v["pass_at_k"])
     return out
 
@@ -126,9 +134,7 @@ def answer_items(
     desc: str = "eval",
 ) -> list[dict[str, Any]]:
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
-    verifiers: one record per answer, in item order, with the item's id and domain, the answer's
-    index, the response, its reward, whether it passed (reward 1), the verifier's error if any,
-    the extracted answer, and how generation ended.
+    verifiers: one `answer_records` record per answer, in item order.
 
     One rollout worker reserves ``num_cpus``; it answers ``batch_items`` items a call (all of
     them in one call by default, as `evaluate` does) and is killed at the end, also on failure.
@@ -150,7 +156,7 @@ def answer_items(
         raise ValueError(f"item ids must be unique: {dup!r} appears more than once")
     cfg = rollout.model_copy(update={"n": samples, "temperature": temperature})
     step = batch_items or max(1, len(items))
-    records: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     with (
         rollout_worker(model_path, cfg, num_cpus) as worker,
         tqdm(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
@@ -161,18 +167,9 @@ def answer_items(
                 worker.generate.remote(chunk, n=samples, step=start, temperature=temperature)
             )
             scored = score_trajectories(trajs, by_id, timeout_s)
-            seen: Counter[str] = Counter()
-            for t, r in zip(trajs, scored, strict=True):
-                records.append({
-                    "id": t.item_id, "domain": by_id[t.item_id].domain,
-                    "sample": seen[t.item_id], "response": t.response, "reward": r.reward,
-                    "passed": r.error is None and r.reward >= 1.0, "error": r.error,
-                    "extracted": r.extracted, "finish_reason": t.finish_reason,
-                    "forced_answer": t.forced_answer,
-                })  # fmt: skip
-                seen[t.item_id] += 1
+            out += answer_records(trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored))
             bar.update(len(chunk))
-    return records
+    return out
 
 
 def evaluate(
@@ -180,14 +177,11 @@ def evaluate(
 ) -> dict[str, dict[str, float]]:
     """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
     worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
-    per: dict[str, list[float]] = defaultdict(list)
-    for r in answer_items(model_path, items, rollout, num_cpus=num_cpus):
-        per[r["domain"]].append(r["reward"])
-    return summarize(per)
+    return figures(eval_summary(answer_items(model_path, items, rollout, num_cpus=num_cpus)))
 
 
 def eval_summary(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per domain, and "all" (the mean over domains, each weighed alike, as `summarize` does):
+    """Per domain, and "all" (the mean over domains, each weighed alike):
     items, answers, ``pass_rate`` (the share of answers with reward 1), ``pass_at_k`` (the share
     of items with at least one), mean ``reward``, errors by kind, and ``unscorable``: answers the
     verifiers could not score (a timeout, a crash), counted as failures and reported here."""
