@@ -403,7 +403,4 @@ class Curriculum:
             tiers=list(self.scheme.names),
             policy=self.config.policy,
             num_items=self.num_items,
-            # so the dashboard can follow the subcategory rates the sampler steers by
-            subcategory_prior=self.config.subcategory_prior,
-            tier_rate_ema=self.config.tier_rate_ema,
         )

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS subcategories (
     domain TEXT NOT NULL,
     rollouts INTEGER NOT NULL,
     successes INTEGER NOT NULL,
+    rate REAL,
     PRIMARY KEY (iteration, subcategory)
 );
 """
@@ -93,6 +94,10 @@ class AggregateStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        # a store begun before the sampler's subcategory rate was kept (a resumed run)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(subcategories)")}
+        if "rate" not in columns:
+            self._db.execute("ALTER TABLE subcategories ADD COLUMN rate REAL")
         self._db.commit()
 
     def set_meta(self, **values: Any) -> None:
@@ -109,7 +114,8 @@ class AggregateStore:
         subcategories: Sequence[dict[str, Any]] = (),
     ) -> None:
         """One iteration's row, its (domain, tier) rows and, when items name subcategories,
-        the rollouts and successes of each subcategory drawn in it."""
+        the rollouts and successes of each subcategory drawn in it, and the rate the sampler
+        holds for it after the iteration (with ``subcategory_prior``; else None)."""
         row = dict(row, histogram=json.dumps(row["histogram"]))
         with self._db:
             self._db.execute(
@@ -123,9 +129,10 @@ class AggregateStore:
             )
             self._db.execute("DELETE FROM subcategories WHERE iteration = ?", (row["iteration"],))
             self._db.executemany(
-                "INSERT INTO subcategories VALUES (?, ?, ?, ?, ?)",
-                [[row["iteration"], r["subcategory"], r["domain"], r["rollouts"], r["successes"]]
-                 for r in subcategories],
+                "INSERT INTO subcategories (iteration, subcategory, domain, rollouts, successes, "
+                "rate) VALUES (?, ?, ?, ?, ?, ?)",
+                [[row["iteration"], r["subcategory"], r["domain"], r["rollouts"], r["successes"],
+                  r.get("rate")] for r in subcategories],
             )  # fmt: skip
 
     def close(self) -> None:

@@ -56,8 +56,9 @@ def count_leaning(cur: Curriculum) -> None:
 
 
 def store_rows(cur: Curriculum) -> list[dict[str, Any]]:
-    """The current iteration's rollouts and successes of each subcategory drawn in it (for the
-    dashboard's store and the run's metrics); none when items name no subcategories."""
+    """The current iteration's rollouts and successes of each subcategory drawn in it, and
+    the rate the sampler now holds for it (None without ``subcategory_prior``), for the
+    dashboard's store and the run's metrics; none when items name no subcategories."""
     if cur.category is cur.domain:
         return []
     rollouts, successes = cur._acc["category_rollouts"], cur._acc["category_successes"]
@@ -67,6 +68,7 @@ def store_rows(cur: Curriculum) -> list[dict[str, Any]]:
             "domain": cur.domain_names[int(cur.category_domain[c])],
             "rollouts": int(rollouts[c]),
             "successes": int(successes[c]),
+            "rate": None if np.isnan(cur.category_rate[c]) else float(cur.category_rate[c]),
         }
         for c in np.flatnonzero(rollouts).tolist()
     ]

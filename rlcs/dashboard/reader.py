@@ -162,18 +162,22 @@ class RunReader:
             }
             for dom in ["all", *domains]
         }
-        # each subcategory's pass rate in the iterations that drew it (None in the others)
+        # each subcategory's pass rate in the iterations that drew it (None in the others),
+        # and with subcategory_prior the rate the sampler held after them
         subcategories: dict[str, list[float | None]] = {}
+        held: dict[str, list[float | None]] = {}
         for r in store.get("subcategories", []):
             i = pos.get(r["iteration"])
             if i is not None and r["rollouts"]:
                 ys = subcategories.setdefault(r["subcategory"], [None] * len(x))
                 ys[i] = r["successes"] / r["rollouts"]
+                if r.get("rate") is not None:
+                    held.setdefault(r["subcategory"], [None] * len(x))[i] = r["rate"]
         return {
             "iterations": x,
             "tiers": tiers,
             "subcategories": dict(sorted(subcategories.items())),
-            "subcategory_rates": _sampler_rates(store["meta"], subcategories),
+            "subcategory_rates": {k: _carried(v) for k, v in sorted(held.items())},
             "heldout": self.heldout(),
             "domains": domains,
             "population": population,
@@ -245,22 +249,10 @@ class RunReader:
         return {"total": int(len(matches)), "rows": rows, "snapshot_iteration": meta["iteration"]}
 
 
-def _sampler_rates(
-    meta: dict[str, Any], per_iteration: dict[str, list[float | None]]
-) -> dict[str, list[float | None]]:
-    """With ``curriculum.subcategory_prior``, the rate the sampler gives each subcategory's
-    items without evidence after every iteration: the blend over recent iterations
-    (``tier_rate_ema``) of the per-iteration rates, as the curriculum computes it. Empty for runs
-    without the prior, and for stores written before the setting was kept."""
-    a = meta.get("tier_rate_ema")
-    if not meta.get("subcategory_prior") or a is None:
-        return {}
-    out: dict[str, list[float | None]] = {}
-    for name, ys in sorted(per_iteration.items()):
-        rate, line = None, []
-        for y in ys:
-            if y is not None:
-                rate = y if rate is None else (1 - a) * rate + a * y
-            line.append(rate)
-        out[name] = line
+def _carried(ys: list[float | None]) -> list[float | None]:
+    """The sampler keeps a subcategory's rate through the iterations that do not draw it."""
+    out, last = [], None
+    for y in ys:
+        last = y if y is not None else last
+        out.append(last)
     return out

@@ -327,6 +327,20 @@ def test_a_store_written_before_subcategories_reads_without_them(tmp_path):
     series = RunReader(tmp_path).series()
     assert series["subcategories"] == {} and series["subcategory_rates"] == {}
 
+    # a store whose table predates the sampler's rate gains the column when a run reopens it
+    from rlcs.curriculum.store import AggregateStore
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE subcategories (iteration INTEGER NOT NULL, subcategory TEXT "
+                   "NOT NULL, domain TEXT NOT NULL, rollouts INTEGER NOT NULL, successes "
+                   "INTEGER NOT NULL, PRIMARY KEY (iteration, subcategory))")  # fmt: skip
+    store = AggregateStore(path)
+    row = dict(stored["iterations"][0], iteration=2)
+    sub = {"subcategory": "math/add", "domain": "math", "rollouts": 8, "successes": 6}
+    store.write_iteration(row, [], [dict(sub, rate=0.7)])
+    store.close()
+    assert read_store(path)["subcategories"] == [dict(sub, iteration=2, rate=0.7)]
+
 
 def _eval_line(step: int, greedy: float, sampled: float | None = None) -> str:
     import json
