@@ -41,13 +41,11 @@ RL = ["run.eval_every=6"]
 
 def build_data(cfg: Config, root: Path) -> dict[str, Path]:
     """The synthetic data, built once into ``root/data`` for every stage."""
-    from rlcs.tasks import build_task_data
+    from cluster.stage_data import build_synthetic
 
-    syn = cfg.data.synthetic
-    if syn is None:
+    if cfg.data.synthetic is None:
         raise ValueError("the demo config needs a data.synthetic section")
-    return build_task_data(root / "data", sizes=dict(syn.sizes), domains=tuple(syn.domains),
-                           seed=syn.seed, difficulty=tuple(syn.difficulty), text_only=syn.text_only)  # fmt: skip
+    return build_synthetic(cfg.data.synthetic, root / "data")
 
 
 def data_overrides(files: dict[str, Path], split: str) -> list[str]:

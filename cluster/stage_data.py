@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcs.config import Config
+from rlcs.config import Config, SyntheticDataConfig
 from rlcs.data import DatasetError, Item, decode_image, load_items, read_rows
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
@@ -64,12 +64,19 @@ def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:
     marker = out / "done.json"
     want = syn.model_dump(mode="json")
     if not marker.is_file() or json.loads(marker.read_text()) != want:
-        from rlcs.tasks import build_task_data
-
-        build_task_data(out, sizes=dict(syn.sizes), domains=tuple(syn.domains), seed=syn.seed,
-                        difficulty=tuple(syn.difficulty), text_only=syn.text_only)  # fmt: skip
+        build_synthetic(syn, out)
         marker.write_text(json.dumps(want))
     return [out / f"{SPLIT_OF_STAGE[cfg.stage]}.jsonl"], [out / "heldout.jsonl"]
+
+
+def build_synthetic(syn: SyntheticDataConfig, out: Path) -> dict[str, Path]:
+    """Write the ``data.synthetic`` section's splits into ``out``; the path of each split."""
+    from rlcs.tasks import build_task_data
+
+    domains = tuple(syn.domains)
+    return build_task_data(out, sizes=dict(syn.sizes), domains=domains, seed=syn.seed,
+                           difficulty={d: syn.difficulty_of(d) for d in domains},
+                           text_only=syn.text_only)  # fmt: skip
 
 
 def absolute_images(item: Item, base: Path) -> Item:

@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Stage = Literal["pretrain", "sft", "rl"]
+TaskDomain = Literal["math", "ocr", "grounding", "gui"]  # the synthetic task generators
 
 
 class Section(BaseModel):
@@ -45,15 +54,40 @@ class ModelConfig(Section):
 class SyntheticDataConfig(Section):
     """Generate the run's data with :mod:`rlcs.tasks` instead of reading files."""
 
-    domains: list[Literal["math", "ocr", "grounding", "gui"]] = Field(
-        default_factory=lambda: ["math", "ocr", "grounding", "gui"]
-    )
+    domains: list[TaskDomain] = Field(default_factory=lambda: ["math", "ocr", "grounding", "gui"])
     sizes: dict[Literal["rl_train", "heldout", "sft", "pretrain"], int] = Field(
         default_factory=dict
     )
     text_only: bool = Field(False, description="Put the task in the prompt text; no images.")
-    difficulty: tuple[float, float] = (0.0, 1.0)
+    difficulty: tuple[float, float] = Field(
+        (0.0, 1.0), description="Each example's difficulty knob is drawn uniformly from [lo, hi]."
+    )
+    domain_difficulty: dict[TaskDomain, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="A [lo, hi] range for some domains instead of `difficulty`, "
+        "e.g. {ocr: [0.4, 0.6]}.",
+    )
     seed: int = 0
+
+    @field_validator("difficulty")
+    @classmethod
+    def _range(cls, r: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= r[0] <= r[1] <= 1.0:
+            raise ValueError(f"a difficulty range must satisfy 0 <= lo <= hi <= 1, got {list(r)}")
+        return r
+
+    @field_validator("domain_difficulty")
+    @classmethod
+    def _ranges(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for domain, r in ranges.items():
+            if not 0.0 <= r[0] <= r[1] <= 1.0:
+                raise ValueError(f"{domain}: a difficulty range must satisfy 0 <= lo <= hi <= 1, "
+                                 f"got {list(r)}")  # fmt: skip
+        return ranges
+
+    def difficulty_of(self, domain: str) -> tuple[float, float]:
+        """The difficulty range the domain's examples are drawn from."""
+        return tuple(self.domain_difficulty.get(domain, self.difficulty))
 
 
 class DataConfig(Section):
@@ -338,7 +372,9 @@ def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> s
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        origin = "--set" if key in overridden else source
+        # a value set with --set is blamed on it, down to the keys inside a mapping it set
+        by_set = any(key == o or key.startswith(o + ".") for o in overridden)
+        origin = "--set" if by_set else source
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"

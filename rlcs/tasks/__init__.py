@@ -65,20 +65,28 @@ def build_task_data(
     sizes: dict[str, int] | None = None,
     domains: tuple[str, ...] = tuple(GENERATORS),
     seed: int = 0,
-    difficulty: tuple[float, float] = (0.0, 1.0),
+    difficulty: tuple[float, float] | dict[str, tuple[float, float]] = (0.0, 1.0),
     progress: bool = True,
     text_only: bool = False,
 ) -> dict[str, Path]:
     """Write ``rl_train.jsonl``, ``heldout.jsonl``, ``sft.jsonl`` and ``pretrain.jsonl`` (with
     their images) under ``out_dir``; return the path of each split.
 
-    ``sizes`` gives the number of examples per domain for each split. ``text_only`` writes the
-    task into the prompt and no images (for text-only models); only math and OCR can do that.
+    ``sizes`` gives the number of examples per domain for each split. ``difficulty`` is one
+    [lo, hi] range for every domain, or a range per domain (every domain in ``domains`` named).
+    ``text_only`` writes the task into the prompt and no images (for text-only models); only
+    math and OCR can do that.
     """
     if text_only and (bad := [d for d in domains if d not in TEXT_DOMAINS]):
         raise ValueError(
             f"text_only data can only be built for {', '.join(TEXT_DOMAINS)}, not {bad}"
         )
+    if isinstance(difficulty, dict):
+        if missing := [d for d in domains if d not in difficulty]:
+            raise ValueError(f"no difficulty range for {', '.join(missing)}")
+        ranges = {d: tuple(difficulty[d]) for d in domains}
+    else:
+        ranges = {d: tuple(difficulty) for d in domains}
     sizes = {"rl_train": 64, "heldout": 32, "sft": 64, "pretrain": 128, **(sizes or {})}
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -91,7 +99,7 @@ def build_task_data(
             try:
                 for k, split in enumerate(SPLITS):
                     examples = generate(domain, sizes[split], seed=seed * 1000 + k,
-                                        difficulty=difficulty, generator=gen)  # fmt: skip
+                                        difficulty=ranges[domain], generator=gen)  # fmt: skip
                     for i, ex in enumerate(examples):
                         item_id = f"{domain}-{split}-{i:05d}"
                         if text_only:

@@ -99,3 +99,25 @@ def test_resolved_config_written_and_reloadable(tmp_path):
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     assert isinstance(load_config(path), Config)
+
+
+def test_synthetic_difficulty_ranges(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: vlm\ndata:\n  synthetic:\n    difficulty: [0.0, 0.3]\n")
+    syn = load_config(p, ["data.synthetic.domain_difficulty={ocr: [0.4, 0.6]}"]).data.synthetic
+    assert syn.difficulty_of("ocr") == (0.4, 0.6)
+    assert syn.difficulty_of("math") == (0.0, 0.3)
+    bad = {
+        "data.synthetic.domain_difficulty={ocr: [0.6, 0.4]}": r"--set: data\.synthetic\."
+        r"domain_difficulty: Value error, ocr: a difficulty range must satisfy 0 <= lo <= hi <= 1",
+        "data.synthetic.difficulty=[0.0, 1.5]": r"--set: data\.synthetic\.difficulty: Value "
+        r"error, a difficulty range must satisfy",
+        # a key inside a mapping given with --set is still blamed on --set
+        "data.synthetic.domain_difficulty={chart: [0.1, 0.2]}": r"--set: data\.synthetic\."
+        r"domain_difficulty\.chart\.\[key\]: Input should be 'math', 'ocr', 'grounding' or 'gui'",
+    }
+    for override, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(p, [override])
+    p = write(tmp_path, "model:\n  tiny: vlm\ndata:\n  synthetic:\n    difficulty: [0.5, 0.3]\n")
+    with pytest.raises(ConfigError, match=rf"{p}: data\.synthetic\.difficulty: Value error"):
+        load_config(p)

@@ -117,3 +117,21 @@ def test_text_only_data_for_text_models(tmp_path):
         build_task_data(
             tmp_path, sizes=sizes, domains=("grounding",), text_only=True, progress=False
         )
+
+
+def test_a_difficulty_range_per_domain(tmp_path):
+    sizes = {"rl_train": 6, "heldout": 2, "sft": 2, "pretrain": 2}
+    ranges = {"math": (0.0, 0.2), "ocr": (0.6, 0.8)}
+    paths = build_task_data(
+        tmp_path, sizes=sizes, domains=("math", "ocr"), difficulty=ranges, progress=False
+    )
+    items = load_items([paths["rl_train"], paths["heldout"]])
+    for item in items:
+        lo, hi = ranges[item.domain]
+        assert lo <= item.meta["difficulty"] <= hi
+    # OCR's knob past 0.4 writes codes instead of words
+    assert {i.meta["subcategory"] for i in items if i.domain == "ocr"} == {"code"}
+    # a domain left out of the mapping is an error, not a silent default
+    with pytest.raises(ValueError, match="no difficulty range for ocr"):
+        build_task_data(tmp_path, sizes=sizes, domains=("math", "ocr"),
+                        difficulty={"math": (0.0, 0.2)}, progress=False)  # fmt: skip
