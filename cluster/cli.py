@@ -48,6 +48,12 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dashboard-port", type=int, default=8266, help="serve the dashboard here (0: do not)"
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a demo in --run-dir: keep the stages that finished with the same "
+        "settings, run the first that did not and every one after it again",
+    )
 
 
 def _add_grade(p: argparse.ArgumentParser) -> None:

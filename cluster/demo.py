@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +61,42 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     )
 
 
+#: Written into the run directory when a demo starts; ``--resume`` needs it.
+DEMO_MARKER = "demo-run.json"
+#: Written into a stage's directory when the stage has finished: its settings and wall time.
+STAGE_DONE = "demo-stage.json"
+STAGES = ("data", "pretrain", "sft", "rl")
+
+
+class StageLedger:
+    """Which stages of a resumed demo are kept: those that finished with the same settings, up
+    to the first that did not. That stage and every later one run again, from an empty
+    directory, so nothing of an interrupted attempt mixes into the new one."""
+
+    def __init__(self, root: Path, resume: bool):
+        self.root = root
+        self.keeping = resume
+        self.kept: dict[str, float] = {}  # stage -> its wall time when it ran
+
+    def keep(self, name: str, settings: dict) -> bool:
+        marker = self.root / name / STAGE_DONE
+        if self.keeping and marker.is_file():
+            done = json.loads(marker.read_text())
+            if done.get("settings") == settings:
+                self.kept[name] = done["wall_s"]
+                return True
+        self.keeping = False
+        if (self.root / name).exists():
+            shutil.rmtree(self.root / name)
+        return False
+
+    def finished(self, name: str, settings: dict, wall_s: float) -> None:
+        marker = self.root / name / STAGE_DONE
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"settings": settings, "wall_s": wall_s}, indent=1))
+        tmp.replace(marker)
+
+
 def start_dashboard(run_dir: Path, port: int) -> subprocess.Popen:
     run_dir.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
@@ -69,33 +106,53 @@ def start_dashboard(run_dir: Path, port: int) -> subprocess.Popen:
     )
 
 
-def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
+def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = False) -> dict:
+    """The whole demo into ``root``. ``resume`` keeps the stages of an earlier attempt that
+    finished with the same settings (see ``StageLedger``)."""
+    from pydantic import BaseModel
     from rich.console import Console
     from rich.table import Table
 
     from cluster.evaluate import evaluate
     from cluster.stage_data import load_stage_data
     from cluster.train import connect_ray, train
+    from rlcs.tasks import SPLITS
 
     console = Console()
     t0 = time.perf_counter()
     walls: dict[str, float] = {}
+    ledger = StageLedger(root, resume)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / DEMO_MARKER).write_text(json.dumps({"config": str(config)}))
 
-    def stage(name: str, fn):
+    def stage(name: str, fn, settings: dict | None = None):
+        if settings is not None and ledger.keep(name, settings):
+            console.rule(f"[bold]{name}[/] (kept)")
+            console.print(f"{name}: kept from the earlier attempt, which took "
+                          f"{ledger.kept[name]:.0f}s; the stages from here on run again")  # fmt: skip
+            walls[name] = 0.0
+            return None
         console.rule(f"[bold]{name}")
         s = time.perf_counter()
         out = fn()
         walls[name] = time.perf_counter() - s
+        if settings is not None:
+            ledger.finished(name, settings, walls[name])
         console.print(f"[green]{name} done[/] in {walls[name]:.0f}s")
         return out
 
-    files = stage("data", lambda: build_data(load_config(config), root))
+    def settings(section: BaseModel) -> dict:
+        return section.model_dump(mode="json")
+
+    base = load_config(config)
+    stage("data", lambda: build_data(base, root), settings(base.data))
+    files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
     pre = stage_config(config, root, "pretrain", [*PRETRAIN, *data_overrides(files, "pretrain")])
     connect_ray(pre)
-    stage("pretrain", lambda: train(pre))
+    stage("pretrain", lambda: train(pre), settings(pre))
     sft = stage_config(config, root, "sft", [*SFT, *data_overrides(files, "sft"),
                                              f"model.path={root / 'pretrain' / 'hf'}"])  # fmt: skip
-    stage("sft", lambda: train(sft))
+    stage("sft", lambda: train(sft), settings(sft))
     rl = stage_config(config, root, "rl", [*RL, *data_overrides(files, "rl_train"),
                                            f"model.path={root / 'sft' / 'hf'}"])  # fmt: skip
     heldout = load_stage_data(rl, rl.run_dir).eval_items
@@ -109,7 +166,7 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
         dash = start_dashboard(rl.run_dir, dashboard_port)
         console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]")
     try:
-        stage("rl", lambda: train(rl))
+        stage("rl", lambda: train(rl), settings(rl))
     finally:
         if dash is not None:
             dash.terminate()
@@ -125,7 +182,8 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
         table.add_row(d, f"{before[d]['pass_rate']:.1%}", f"{after[d]['pass_rate']:.1%}",
                       f"{rl_rewards.get(d, float('nan')):.3f}" if d != "all" else "")  # fmt: skip
     console.print(table)
-    console.print(f"wall time {wall:.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in walls.items()))
+    console.print(f"wall time {wall:.0f}s: " + ", ".join(
+        f"{k} kept" if k in ledger.kept else f"{k} {v:.0f}s" for k, v in walls.items()))  # fmt: skip
     summary = {
         "sft_pass_rate": before["all"]["pass_rate"],
         "rl_pass_rate": after["all"]["pass_rate"],
@@ -135,6 +193,7 @@ def run(config: Path, root: Path, dashboard_port: int | None) -> dict:
         "before": before,
         "after": after,
         "stage_wall_s": walls,
+        "kept_stages": ledger.kept,
         "rl_reward": rl_rewards,
         "heldout_items": len(heldout),
     }
@@ -175,7 +234,9 @@ def write_demo_report(root: Path, summary: dict) -> Path:
         r = f"{rewards[d]:.3f}" if d in rewards else ""
         lines.append(f"| {d} | {a:.1%} | {b:.1%} | {100 * (b - a):+.1f} | {r} |")
     lines += ["", "| stage | wall time (s) |", "|---|---|"]
-    lines += [f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]
+    kept = summary.get("kept_stages", {})
+    lines += [f"| {k} | kept from an earlier attempt ({kept[k]:.0f} then) |" if k in kept
+              else f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]  # fmt: skip
     lines += [f"| total | {summary['wall_s']:.0f} |", ""]
 
     # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
@@ -232,8 +293,14 @@ def _domain_rewards(run_dir: Path) -> dict[str, float]:
 
 def main(args: argparse.Namespace) -> int:
     root = Path(args.run_dir or "runs/demo")
-    if root.exists() and any(root.iterdir()):
-        print(f"rlcs demo: {root} is not empty; remove it or pass --run-dir", file=sys.stderr)
+    used = root.exists() and any(root.iterdir())
+    if used and not args.resume:
+        print(f"rlcs demo: {root} is not empty; remove it, pass another --run-dir, or --resume "
+              "to keep the stages that finished there", file=sys.stderr)  # fmt: skip
         return 2
-    run(Path(args.config or DEFAULT_CONFIG), root.resolve(), args.dashboard_port)
+    if used and not (root / DEMO_MARKER).is_file():
+        print(f"rlcs demo: --resume: {root} holds no demo (no {DEMO_MARKER}); nothing in it is "
+              "touched", file=sys.stderr)  # fmt: skip
+        return 2
+    run(Path(args.config or DEFAULT_CONFIG), root.resolve(), args.dashboard_port, args.resume)
     return 0

@@ -1,0 +1,87 @@
+"""`rlcs demo --resume`: an interrupted demo keeps its finished stages and runs the rest again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import yaml
+
+from cluster import demo
+
+
+def args(run_dir, resume=False, config=None):
+    return argparse.Namespace(run_dir=str(run_dir), config=config, dashboard_port=0, resume=resume)
+
+
+def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
+    other = tmp_path / "other"
+    (other / "data").mkdir(parents=True)
+    (other / "data" / "keep.txt").write_text("not a demo's")
+    assert demo.main(args(other)) == 2
+    assert "--resume" in capsys.readouterr().err
+    # --resume on a directory no demo wrote refuses, and removes nothing
+    assert demo.main(args(other, resume=True)) == 2
+    assert "holds no demo" in capsys.readouterr().err
+    assert (other / "data" / "keep.txt").read_text() == "not a demo's"
+
+
+def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
+    first = demo.StageLedger(tmp_path, resume=False)
+    for i, name in enumerate(demo.STAGES):
+        assert not first.keep(name, {"lr": 1})
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "out.txt").write_text(name)
+        first.finished(name, {"lr": 1}, wall_s=10.0 + i)
+    again = demo.StageLedger(tmp_path, resume=True)
+    assert again.keep("data", {"lr": 1}) and again.keep("pretrain", {"lr": 1})
+    assert not again.keep("sft", {"lr": 2})  # changed: it runs again, from an empty directory
+    assert not (tmp_path / "sft").exists()
+    assert not again.keep("rl", {"lr": 1})  # unchanged, but after a stage that ran again
+    assert not (tmp_path / "rl").exists()
+    assert again.kept == {"data": 10.0, "pretrain": 11.0}
+    # without --resume nothing is kept
+    assert not demo.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
+
+
+@pytest.mark.slow
+def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, monkeypatch):
+    import ray
+
+    cfg = yaml.safe_load(demo.DEFAULT_CONFIG.read_text())
+    cfg["data"]["synthetic"].update(
+        domains=["math", "ocr"], sizes={"rl_train": 8, "heldout": 4, "sft": 8, "pretrain": 8}
+    )
+    cfg["rollout"]["n"] = 2
+    cfg["run"].update(iterations=1, prompts_per_iteration=4)
+    config = tmp_path / "demo.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    short = ["learner.steps=2", "learner.global_batch=4", "learner.micro_batch=4"]
+    monkeypatch.setattr(demo, "PRETRAIN", [*demo.PRETRAIN, *short])
+    monkeypatch.setattr(demo, "SFT", [*demo.SFT, *short])
+    root = tmp_path / "demo"
+    try:
+        first = demo.run(config, root, dashboard_port=None)
+        assert first["kept_stages"] == {}
+        assert {"sft_pass_rate", "rl_pass_rate"} <= set(
+            json.loads((root / "demo.json").read_text())
+        )
+        weights = {
+            s: (root / s / "hf" / "config.json").stat().st_mtime_ns for s in ("pretrain", "sft")
+        }
+        # RL died before it finished: its directory holds a partial run and no completion mark
+        (root / "rl" / demo.STAGE_DONE).unlink()
+        (root / "rl" / "stale.txt").write_text("from the attempt that died")
+        second = demo.run(config, root, dashboard_port=None, resume=True)
+    finally:
+        ray.shutdown()
+    assert set(second["kept_stages"]) == {"data", "pretrain", "sft"}
+    assert second["stage_wall_s"]["rl"] > 0
+    for s, mtime in weights.items():
+        assert (root / s / "hf" / "config.json").stat().st_mtime_ns == mtime, s
+    assert not (root / "rl" / "stale.txt").exists()
+    assert (root / "rl" / demo.STAGE_DONE).is_file() and (root / "rl" / "hf").is_dir()
+    # the same checkpoint from SFT, so the same held-out figures before RL
+    assert second["sft_pass_rate"] == first["sft_pass_rate"]
+    assert "kept from an earlier attempt" in (root / "report.md").read_text()
