@@ -128,8 +128,9 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
     def stage(name: str, fn, settings: dict | None = None):
         if settings is not None and ledger.keep(name, settings):
             console.rule(f"[bold]{name}[/] (kept)")
-            console.print(f"{name}: kept from the earlier attempt, which took "
-                          f"{ledger.kept[name]:.0f}s; the stages from here on run again")  # fmt: skip
+            console.print(
+                f"{name}: kept from the earlier attempt (it took {ledger.kept[name]:.0f}s)"
+            )
             walls[name] = 0.0
             return None
         console.rule(f"[bold]{name}")
@@ -161,15 +162,18 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
     before = stage("eval after SFT",
                    lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 
-    dash = None
-    if dashboard_port:
-        dash = start_dashboard(rl.run_dir, dashboard_port)
-        console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]")
-    try:
-        stage("rl", lambda: train(rl), settings(rl))
-    finally:
-        if dash is not None:
-            dash.terminate()
+    def rl_stage() -> None:
+        dash = None
+        if dashboard_port:
+            dash = start_dashboard(rl.run_dir, dashboard_port)
+            console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]")
+        try:
+            train(rl)
+        finally:
+            if dash is not None:
+                dash.terminate()
+
+    stage("rl", rl_stage, settings(rl))
     after = stage("eval after RL",
                   lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 
