@@ -150,7 +150,9 @@ def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
 
 
 def _add_dashboard(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run directory, e.g. runs/demo")
+    p.add_argument(
+        "run_dir", help="a run directory, e.g. runs/demo/rl (or runs/demo: the demo's RL stage)"
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8266)
     p.add_argument(

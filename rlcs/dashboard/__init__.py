@@ -11,12 +11,27 @@ import sys
 from pathlib import Path
 
 
+def resolve_run_dir(path: Path) -> Path:
+    """The run whose curriculum to serve: ``path`` itself, or, for the directory `rlcs demo`
+    writes (a run per stage), its RL stage, the only one with a curriculum; a demo still in
+    pretraining or SFT gets its RL stage's future directory, served once RL begins."""
+    if (path / "curriculum").is_dir() or (path / "config.yaml").is_file():
+        return path
+    if any((path / stage / "config.yaml").is_file() for stage in ("pretrain", "sft", "rl")):
+        return path / "rl"
+    return path
+
+
 def main(args: argparse.Namespace) -> int:
     """Serve the dashboard until interrupted; 2 if the run directory is not usable."""
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        print(f"rlcs dashboard: {run_dir}: no such run directory", file=sys.stderr)
+    given = Path(args.run_dir)
+    if not given.is_dir():
+        print(f"rlcs dashboard: {given}: no such run directory", file=sys.stderr)
         return 2
+    run_dir = resolve_run_dir(given)
+    if run_dir != given:
+        print(f"rlcs dashboard: {given} holds a run per stage; serving its RL stage, {run_dir}",
+              file=sys.stderr)  # fmt: skip
     if not (run_dir / "curriculum").is_dir():
         print(
             f"rlcs dashboard: {run_dir} has no curriculum/ yet; serving, it will fill in",

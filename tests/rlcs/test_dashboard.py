@@ -410,3 +410,24 @@ def test_heldout_plot_follows_the_runs_evaluations(browser, tmp_path):
         )
         assert page.evaluate("document.getElementById('plot-heldout').data[0].y") == [0.5, 0.75]
         page.close()
+
+
+def test_a_demo_directory_is_served_through_its_rl_stage(run_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rlcs.dashboard import resolve_run_dir
+    from rlcs.dashboard.app import create_app
+
+    demo = tmp_path / "demo"
+    (demo / "pretrain").mkdir(parents=True)
+    (demo / "pretrain" / "config.yaml").write_text("stage: pretrain\n")
+    # still pretraining: the RL stage's directory is where the curriculum will appear
+    assert resolve_run_dir(demo) == demo / "rl"
+    assert create_app(resolve_run_dir(demo)) is not None
+    shutil.copytree(run_dir[0], demo / "rl")
+    assert resolve_run_dir(demo) == demo / "rl"
+    series = TestClient(create_app(resolve_run_dir(demo))).get("/api/series").json()
+    assert series["iterations"][-1] >= 40
+    # a run directory, and any other directory, are served as given
+    assert resolve_run_dir(demo / "rl") == demo / "rl"
+    assert resolve_run_dir(tmp_path) == tmp_path
