@@ -55,7 +55,7 @@ TINY_VLM_VISION: dict[str, Any] = dict(
 #: tower trained from scratch for minutes never learns to use it; the language model's 3-D
 #: RoPE gives columns only its lowest frequencies. The demo's SFT model then found a lone
 #: shape's column 47% of the time. ``"sincos"`` starts the table as a 2-D sine-cosine code
-#: (``sincos_2d``): rows and columns both 100% (figures in the README, "Where each patch is").
+#: (``sincos_2d``): rows and columns both 100% (figures in docs/demo.md, "Where each patch is").
 #: ``"random"`` keeps HF's initialisation; set it in ``model.tiny_overrides``.
 TINY_VLM_POS_EMBED = "sincos"
 #: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
