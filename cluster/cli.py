@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from rewards.argtypes import int_at_least, non_negative_float, port, port_or_off, positive_float
+
 #: subcommand -> (module, function, one-line help). The function takes the parsed arguments
 #: and returns an exit code.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -46,7 +48,10 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="where to write the run (default runs/demo)")
     p.add_argument("--config", default=None, help="the RL config (default configs/tiny-vlm.yaml)")
     p.add_argument(
-        "--dashboard-port", type=int, default=8266, help="serve the dashboard here (0: do not)"
+        "--dashboard-port",
+        type=port_or_off,
+        default=8266,
+        help="serve the dashboard here (0: do not)",
     )
     p.add_argument(
         "--resume",
@@ -67,10 +72,12 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
         default=None,
         help="rollout, reward and cluster settings (default configs/tiny-vlm.yaml)",
     )
-    p.add_argument("--samples", type=int, default=4, help="answers per item (default 4)")
+    p.add_argument(
+        "--samples", type=int_at_least(1), default=4, help="answers per item (default 4)"
+    )
     p.add_argument(
         "--cpus",
-        type=float,
+        type=positive_float,
         default=None,
         help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
     )
@@ -91,7 +98,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--step",
-        type=int,
+        type=int_at_least(0),
         default=None,
         help="a run directory's checkpoint at this step instead of its final model "
         "(kept with run.export_hf_checkpoints)",
@@ -104,26 +111,26 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--samples",
-        type=int,
+        type=int_at_least(1),
         default=1,
         help="answers per item (default 1, greedy); with more, also pass@K",
     )
     p.add_argument(
         "--temperature",
-        type=float,
+        type=non_negative_float,
         default=None,
         help="sampling temperature (default 0 for one answer, else rollout.temperature)",
     )
     p.add_argument("--out", default=None, help="write every scored answer here (JSONL)")
     p.add_argument(
         "--cpus",
-        type=float,
+        type=positive_float,
         default=None,
         help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
     )
     p.add_argument(
         "--batch-items",
-        type=int,
+        type=int_at_least(0),
         default=128,
         help="items per generation call, the progress bar's step (default 128; 0: all at once)",
     )
@@ -132,18 +139,25 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 
 def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument(
         "--token",
         default=os.environ.get("RLCS_REWARD_TOKEN"),
         help="require this bearer token (default: $RLCS_REWARD_TOKEN; none means no auth)",
     )
-    p.add_argument("--workers", type=int, default=None, help="verifier processes (default: cores)")
-    p.add_argument("--timeout", type=float, default=5.0, help="per-item timeout in seconds")
     p.add_argument(
-        "--max-body-bytes", type=int, default=16 * 1024 * 1024, help="larger requests get 413"
+        "--workers", type=int_at_least(1), default=None, help="verifier processes (default: cores)"
     )
-    p.add_argument("--max-batch", type=int, default=4096, help="larger batches get 422")
+    p.add_argument(
+        "--timeout", type=positive_float, default=5.0, help="per-item timeout in seconds"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int_at_least(1),
+        default=16 * 1024 * 1024,
+        help="larger requests get 413",
+    )
+    p.add_argument("--max-batch", type=int_at_least(1), default=4096, help="larger batches get 422")
     p.add_argument(
         "--default-domain", default="math", help="/get_reward domain for labels naming none"
     )
@@ -154,7 +168,7 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
         "run_dir", help="a run directory, e.g. runs/demo/rl (or runs/demo: the demo's RL stage)"
     )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8266)
+    p.add_argument("--port", type=port, default=8266)
     p.add_argument(
         "--token",
         default=os.environ.get("RLCS_DASHBOARD_TOKEN"),

@@ -97,13 +97,15 @@ class StageLedger:
         tmp.replace(marker)
 
 
-def start_dashboard(run_dir: Path, port: int) -> subprocess.Popen:
+def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
+    """The dashboard server for ``run_dir``, its output in ``log``."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = False) -> dict:
@@ -165,8 +167,9 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
     def rl_stage() -> None:
         dash = None
         if dashboard_port:
-            dash = start_dashboard(rl.run_dir, dashboard_port)
-            console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]")
+            dash = start_dashboard(rl.run_dir, dashboard_port, root / "dashboard.log")
+            console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]"
+                          f" (its log: {root / 'dashboard.log'})")  # fmt: skip
         try:
             train(rl)
         finally:
@@ -296,7 +299,24 @@ def _domain_rewards(run_dir: Path) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rewards.argtypes import listen_error
+    from rlcs.config import ConfigError
+
     root = Path(args.run_dir or "runs/demo")
+    config = Path(args.config or DEFAULT_CONFIG)
+    try:  # everything a user can get wrong is checked before the first stage starts
+        if load_config(config).data.synthetic is None:
+            raise ConfigError(f"{config}: the demo builds its data: give a data.synthetic section")
+    except ConfigError as e:
+        print(f"rlcs demo: {e}", file=sys.stderr)
+        return 2
+    if root.exists() and not root.is_dir():
+        print(f"rlcs demo: --run-dir {root} is a file", file=sys.stderr)
+        return 2
+    if args.dashboard_port and (problem := listen_error("127.0.0.1", args.dashboard_port)):
+        print(f"rlcs demo: the dashboard {problem}; pass another --dashboard-port, or 0 for "
+              "none", file=sys.stderr)  # fmt: skip
+        return 2
     used = root.exists() and any(root.iterdir())
     if used and not args.resume:
         print(f"rlcs demo: {root} is not empty; remove it, pass another --run-dir, or --resume "
@@ -306,5 +326,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: --resume: {root} holds no demo (no {DEMO_MARKER}); nothing in it is "
               "touched", file=sys.stderr)  # fmt: skip
         return 2
-    run(Path(args.config or DEFAULT_CONFIG), root.resolve(), args.dashboard_port, args.resume)
+    run(config, root.resolve(), args.dashboard_port, args.resume)
     return 0

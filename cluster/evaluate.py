@@ -242,13 +242,17 @@ def eval_files(
     """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
     answer there as JSONL (one line each, in item order)."""
     from cluster.stage_data import absolute_images
-    from rlcs.data import load_items
+    from cluster.train import connect_ray
+    from rlcs.data import check_output_file, load_items
 
-    if out is not None and out.resolve() in {p.resolve() for p in inputs}:
-        raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
+    if out is not None:
+        if out.resolve() in {p.resolve() for p in inputs}:
+            raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
+        check_output_file(out)
     items = [absolute_images(it, p.parent) for p in inputs for it in load_items(p)]
     if not items:
         raise ValueError("no items to evaluate")
+    connect_ray(cfg)  # once the inputs are known to be good
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
         batch_items=batch_items, timeout_s=cfg.reward.timeout_s, progress=progress,
@@ -288,6 +292,12 @@ def resolve_target(
     from rlcs.config import load_config
 
     files = [Path(p) for p in data]
+    if not target.exists():
+        raise EvalTargetError(f"{target}: no such model or run directory")
+    if not target.is_dir():
+        raise EvalTargetError(
+            f"{target} is a file: give a model or run directory first, then the item files"
+        )
     if (target / "config.json").is_file():
         if step is not None:
             raise EvalTargetError(f"--step needs a run directory; {target} is a model directory")
@@ -333,7 +343,6 @@ def resolve_target(
 
 
 def main(args: argparse.Namespace) -> int:
-    from cluster.train import connect_ray
     from rlcs.config import ConfigError
     from rlcs.data import DatasetError
 
@@ -358,7 +367,6 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         print(f"rlcs eval: no such item file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    connect_ray(cfg)
     try:
         result = eval_files(
             cfg, model, files, samples=samples, temperature=temperature,

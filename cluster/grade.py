@@ -128,14 +128,19 @@ def grade_files(
 ) -> dict[str, Any]:
     """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
     from cluster.stage_data import absolute_images
-    from rlcs.data import load_items, write_jsonl
+    from cluster.train import connect_ray
+    from rlcs.data import check_output_file, load_items, write_jsonl
 
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
+    if cfg.rollout.temperature <= 0.0:
+        raise ValueError("grading samples answers: rollout.temperature must be above 0")
+    check_output_file(out)
     loaded = [(p, load_items(p)) for p in inputs]
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")
+    connect_ray(cfg)  # once the inputs are known to be good
     rates, errors = pass_rates(
         model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
         num_cpus=num_cpus, timeout_s=cfg.reward.timeout_s, progress=progress,
@@ -149,7 +154,6 @@ def grade_files(
 
 
 def main(args: argparse.Namespace) -> int:
-    from cluster.train import connect_ray
     from rlcs.config import ConfigError, load_config
     from rlcs.data import DatasetError
 
@@ -165,7 +169,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs grade: {model} is not a Hugging Face model directory", file=sys.stderr)
         return 2
     cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker
-    connect_ray(cfg)
     try:
         result = grade_files(cfg, model, [Path(p) for p in args.data], Path(args.out),
                              args.samples, cpus)  # fmt: skip

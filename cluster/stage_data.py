@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcs.config import Config, SyntheticDataConfig
+from rlcs.config import Config, ConfigError, SyntheticDataConfig
 from rlcs.data import DatasetError, Item, decode_image, load_items, read_rows
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
@@ -56,8 +56,9 @@ def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:
     syn = cfg.data.synthetic
     if syn is None:
         if not cfg.data.train:
-            raise DatasetError(
-                "<config>", None, "data.train is empty and data.synthetic is not set"
+            raise ConfigError(
+                f"data.train is empty and data.synthetic is not set: the {cfg.stage} stage has "
+                "no data (give data.train files, or a data.synthetic section)"
             )
         return [Path(p) for p in cfg.data.train], [Path(p) for p in cfg.data.eval]
     out = run_dir / "data"
@@ -94,8 +95,13 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     if cfg.stage == "rl":
         items = [absolute_images(it, p.parent) for p in train for it in load_items(p)]
+        if not items:
+            raise DatasetError(train[0], None, "no rl items")
         eval_items = [absolute_images(it, p.parent) for p in evals for it in load_items(p)]
         return StageData(items=items, eval_items=eval_items)
+    missing = [p for p in train if not p.is_file()]
+    if missing:
+        raise DatasetError(missing[0], None, "dataset file not found")
     rows = [row for p in train for row in _read_rows(p, cfg.stage)]
     if not rows:
         raise DatasetError(train[0], None, f"no {cfg.stage} examples")

@@ -30,9 +30,12 @@ log = logging.getLogger(__name__)
 
 def train(cfg: Config, resume: bool = False) -> Path:
     run_dir = prepare_run_dir(cfg, resume)
-    connect_ray(cfg)
+    # the data and the model are checked before anything starts, and before the run directory
+    # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
     model_path = resolve_model(cfg, run_dir)
+    write_resolved(cfg, run_dir)
+    connect_ray(cfg)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
     if cfg.stage == "rl" and start:
@@ -145,7 +148,15 @@ def run_supervised(
 
 
 def prepare_run_dir(cfg: Config, resume: bool) -> Path:
+    """Check that the run can start in its directory, and create that."""
     run_dir = cfg.run_dir
+    for parent in (run_dir, *run_dir.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(
+                    f"{parent} is a file; the run directory would be {run_dir}"
+                )
+            break
     if (
         not resume
         and (run_dir / "checkpoints").exists()
@@ -157,7 +168,7 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
         )
     if resume and not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
-    write_resolved(cfg, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
@@ -181,7 +192,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         run_dir = train(cfg, resume=args.resume)
-    except (FileExistsError, FileNotFoundError, ValueError) as e:
+    except (FileExistsError, FileNotFoundError, NotADirectoryError, ValueError) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 2
     except RunFailed as e:

@@ -17,6 +17,7 @@ import gc
 import hmac
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,7 @@ from prometheus_client import (
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from rewards import registry
+from rewards import argtypes, registry
 from rewards.base import ScoreResult
 from rewards.scoring import RewardScorer
 
@@ -326,6 +327,9 @@ def _env_domains() -> dict[str, str]:
 
 def main(args: argparse.Namespace) -> int:
     """``rlcs serve-rewards``: serve until interrupted; returns the exit code."""
+    if problem := argtypes.listen_error(args.host, args.port):
+        print(f"rlcs serve-rewards: {problem}", file=sys.stderr)
+        return 2
     scorer = RewardScorer(args.workers, timeout_s=args.timeout, custom_domains=_env_domains())
     app = create_app(
         scorer,
@@ -351,12 +355,14 @@ def main(args: argparse.Namespace) -> int:
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rewards.server", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=argtypes.port, default=8000)
     p.add_argument("--token", default=os.environ.get("RLCS_REWARD_TOKEN"))
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--timeout", type=float, default=5.0)
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH)
+    p.add_argument("--workers", type=argtypes.int_at_least(1), default=None)
+    p.add_argument("--timeout", type=argtypes.positive_float, default=5.0)
+    p.add_argument(
+        "--max-body-bytes", type=argtypes.int_at_least(1), default=DEFAULT_MAX_BODY_BYTES
+    )
+    p.add_argument("--max-batch", type=argtypes.int_at_least(1), default=DEFAULT_MAX_BATCH)
     p.add_argument("--default-domain", default="math")
     return p.parse_args(argv)
 

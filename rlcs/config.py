@@ -372,8 +372,11 @@ def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> s
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        # a value set with --set is blamed on it, down to the keys inside a mapping it set
-        by_set = any(key == o or key.startswith(o + ".") for o in overridden)
+        # a value set with --set is blamed on it: the key it set, the keys inside a mapping it
+        # set, and the section holding a key it set (an unknown section, a section's own check)
+        by_set = any(
+            key == o or key.startswith(o + ".") or o.startswith(key + ".") for o in overridden
+        )
         origin = "--set" if by_set else source
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
@@ -384,11 +387,29 @@ def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> s
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: the plain
+    loader keeps the last one and silently drops the rest of the first (a whole section)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first {seen[key]})", key_node.start_mark
+                )
+            seen[key] = f"on line {key_node.start_mark.line + 1}"
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.c=value`` into its key path and a YAML-typed value."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected key=value, e.g. rollout.n=8")
+    if any(not part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: the key {key!r} has an empty part")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
@@ -420,10 +441,16 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"{source}: is a directory, not a config file")
         if not p.is_file():
             raise ConfigError(f"{source}: config file not found")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:
+            raise ConfigError(f"{source}: cannot read: {e.strerror}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{source}: not valid YAML: {e}") from None
         if loaded is not None and not isinstance(loaded, dict):

@@ -11,6 +11,7 @@ import base64
 import binascii
 import io
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,17 +106,24 @@ def _b64(text: str) -> bytes:
 
 
 def read_rows(path: Path):
-    """Yield (line_number, row) from a JSONL or Parquet file; bad JSON is a ``DatasetError``."""
+    """Yield (line_number, row) from a JSONL or Parquet file; bad JSON, a line that is not
+    UTF-8 and a row that is not an object are each a ``DatasetError``."""
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".json"}:
-        with path.open("r", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
+        with path.open("rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(path, lineno, f"not UTF-8 text ({e.reason})") from None
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise DatasetError(path, lineno, f"invalid JSON: {e.msg}") from None
+                if not isinstance(row, dict):
+                    raise DatasetError(path, lineno, "a row must be a JSON object")
                 yield lineno, row
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -179,6 +187,27 @@ def load_items(
 
 def _short(ref: str) -> str:
     return repr(ref if len(ref) <= 60 else ref[:57] + "...")
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """Check, before any work, that a result can be written at ``path`` (its folder is made),
+    so that a long run does not end in an error that loses what it computed."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; give a file name")
+    parent = path.parent
+    existing = next(d for d in (parent, *parent.parents) if d.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, not a folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(
+            f"{flag} {path}: cannot create its folder {parent}: {e.strerror}"
+        ) from None
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{flag} {path}: its folder {parent} is not writable")
+    return path
 
 
 def write_jsonl(items: list[Item] | list[dict], path: str | Path) -> Path:

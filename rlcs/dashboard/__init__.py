@@ -26,7 +26,13 @@ def main(args: argparse.Namespace) -> int:
     """Serve the dashboard until interrupted; 2 if the run directory is not usable."""
     given = Path(args.run_dir)
     if not given.is_dir():
-        print(f"rlcs dashboard: {given}: no such run directory", file=sys.stderr)
+        what = "not a directory" if given.exists() else "no such run directory"
+        print(f"rlcs dashboard: {given}: {what}", file=sys.stderr)
+        return 2
+    from rewards.argtypes import listen_error
+
+    if problem := listen_error(args.host, args.port):
+        print(f"rlcs dashboard: {problem}", file=sys.stderr)
         return 2
     run_dir = resolve_run_dir(given)
     if run_dir != given:

@@ -75,3 +75,74 @@ def test_eval_parses_its_arguments_with_greedy_defaults(monkeypatch):
     args = seen["args"]
     assert (args.samples, args.temperature, args.out, args.batch_items) == (4, 1.0, "o.jsonl", 0)
     assert args.data == ["a.jsonl", "b.jsonl"] and args.overrides == ["rollout.n=1"]
+
+
+def test_numbers_out_of_range_are_refused_when_parsed(capsys):
+    import pytest
+
+    cases = {
+        ("serve-rewards", "--port", "99999"): "a port is 1 to 65535, got 99999",
+        ("dashboard", "runs/x", "--port", "-1"): "a port is 1 to 65535, got -1",
+        ("demo", "--dashboard-port", "70000"): "a port is 1 to 65535, got 70000",
+        ("serve-rewards", "--workers", "0"): "must be at least 1, got 0",
+        ("serve-rewards", "--timeout", "0"): "must be a number above 0",
+        ("eval", "m", "--samples", "0"): "must be at least 1, got 0",
+        ("eval", "m", "--temperature", "nan"): "must be a finite number",
+        ("eval", "m", "--step", "-1"): "must be at least 0, got -1",
+        ("grade", "m", "a.jsonl", "--out", "o.jsonl", "--cpus", "0"): "must be a number above 0",
+    }
+    for argv, message in cases.items():
+        with pytest.raises(SystemExit) as e:
+            cli.main(list(argv))
+        assert e.value.code == 2
+        assert message in capsys.readouterr().err, argv
+
+
+def test_servers_refuse_a_port_in_use_before_announcing_it(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert cli.main(["serve-rewards", "--port", port]) == 2
+        out = capsys.readouterr()
+        assert f"cannot listen on 127.0.0.1:{port}" in out.err and "http://" not in out.out
+        assert cli.main(["dashboard", str(tmp_path), "--port", port]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys):
+    """A mistake in the data, the model or an output path is reported in a second, not after
+    Ray has started, and leaves no half-made run behind."""
+    import cluster.train
+
+    def no_ray(cfg):
+        raise AssertionError("Ray was started before the inputs were checked")
+
+    monkeypatch.setattr(cluster.train, "connect_ray", no_ray)
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    root = f"run.root={tmp_path / 'runs'}"
+    cases = {
+        ("train", "configs/tiny-text.yaml", "--set", root, "--set", "data.synthetic=null",
+         "--set", f'data.train=["{tmp_path / "empty.jsonl"}"]'): "no rl items",
+        ("train", "configs/tiny-text.yaml", "--set", root, "--set", "data.synthetic=null",
+         "--set", "stage=sft", "--set", f'data.train=["{tmp_path / "list.jsonl"}"]'):
+            "list.jsonl:1: a row must be a JSON object",
+        ("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'afile'}"):
+            "afile is a file",
+        ("eval", str(tmp_path / "model"), str(tmp_path / "list.jsonl")): "a row must be a JSON object",
+        ("eval", str(tmp_path / "model"), str(tmp_path / "empty.jsonl"), "--out", str(tmp_path)):
+            "is a directory; give a file name",
+        ("grade", str(tmp_path / "model"), str(tmp_path / "nope.jsonl"), "--out", "g.jsonl"):
+            "dataset file not found",
+        ("demo", "--run-dir", str(tmp_path / "afile"), "--dashboard-port", "0"): "is a file",
+    }  # fmt: skip
+    for argv, message in cases.items():
+        assert cli.main(list(argv)) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not list((tmp_path / "runs").rglob("config.yaml"))

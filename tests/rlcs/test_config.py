@@ -121,3 +121,24 @@ def test_synthetic_difficulty_ranges(tmp_path):
     p = write(tmp_path, "model:\n  tiny: vlm\ndata:\n  synthetic:\n    difficulty: [0.5, 0.3]\n")
     with pytest.raises(ConfigError, match=rf"{p}: data\.synthetic\.difficulty: Value error"):
         load_config(p)
+
+
+def test_config_files_that_cannot_be_read_as_a_config(tmp_path):
+    dup = write(tmp_path, "model:\n  tiny: text\nrun:\n  name: first\nrun:\n  iterations: 3\n")
+    with pytest.raises(ConfigError, match=r"key 'run' given twice \(first on line 3\)"):
+        load_config(dup)
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe model")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not UTF-8 text"):
+        load_config(binary)
+    with pytest.raises(ConfigError, match="is a directory, not a config file"):
+        load_config(tmp_path)
+
+
+def test_set_is_blamed_for_the_sections_it_names(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\n")
+    with pytest.raises(ConfigError, match=r"--set: foo: unknown key"):
+        load_config(p, ["foo.bar=1"])
+    for bad in ("rollout..n=3", ".=3"):
+        with pytest.raises(ConfigError, match="has an empty part"):
+            load_config(p, [bad])

@@ -145,3 +145,28 @@ def test_trajectory_serialises():
         forced_answer=True,
     )
     assert t.to_dict()["forced_answer"] is True and t.to_dict()["reward"] is None
+
+
+def test_a_line_that_is_not_utf8_names_file_and_line(dataset_dir):
+    from rlcs.data import read_rows
+
+    p = dataset_dir / "bin.jsonl"
+    p.write_bytes(b'{"id": "ok", "domain": "math", "prompt": "x"}\n\xff\xfe\n')
+    with pytest.raises(DatasetError, match=rf"^{p}:2: not UTF-8 text"):
+        load_items(p)
+    # supervised rows are read the same way: a row that is not an object is named too
+    q = dataset_dir / "sft.jsonl"
+    q.write_text('{"prompt": "a", "response": "b"}\n[1, 2]\n')
+    with pytest.raises(DatasetError, match=rf"^{q}:2: a row must be a JSON object"):
+        list(read_rows(q))
+
+
+def test_an_output_file_is_checked_before_the_work(tmp_path):
+    from rlcs.data import check_output_file
+
+    assert check_output_file(tmp_path / "new" / "out.jsonl").parent.is_dir()
+    with pytest.raises(ValueError, match="is a directory; give a file name"):
+        check_output_file(tmp_path)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match="afile is a file, not a folder"):
+        check_output_file(tmp_path / "afile" / "out.jsonl")
