@@ -48,10 +48,13 @@ class Verifier(ABC):
 
     ``cacheable`` verifiers are expensive enough that identical (normalised) answer and ground
     truth pairs are worth remembering; ``cache_key`` says what "identical" means for them.
+    ``needs_answer``: an item with no ground truth (``answer`` null) is an ``answer`` error
+    instead of a silent 0; a verifier that scores the response alone sets it False.
     """
 
     name: ClassVar[str] = ""
     cacheable: ClassVar[bool] = False
+    needs_answer: ClassVar[bool] = True
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         return (extracted, _freeze(answer))

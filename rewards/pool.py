@@ -19,6 +19,7 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
+import pickle
 import threading
 import time
 from collections import deque
@@ -298,6 +299,31 @@ class WorkerPool:
                 w.conn.send((w.chunk_id, [e.task for e in chunk]))
             except (OSError, ValueError):
                 self._lost(w, culprit=None, error="crash", detail="worker pipe broken")
+            except Exception:  # a task that cannot be pickled: nothing was written to the pipe
+                self._unsendable(w)
+
+    def _unsendable(self, w: _Worker) -> None:
+        """Fail the tasks of ``w``'s chunk that cannot be sent to a worker (nested too deep
+        to pickle, an object of no picklable type) and queue the others again."""
+        chunk, w.chunk = w.chunk or [], None
+        sendable = []
+        for entry in chunk:
+            try:
+                pickle.dumps(entry.task)
+            except Exception as e:
+                self._deliver(
+                    entry, (0.0, "request", f"cannot pass to a verifier: {type(e).__name__}")
+                )
+            else:
+                sendable.append(entry)
+        with self._lock:
+            self._pending.extendleft(reversed(sendable))
+        self._wake()  # the loop would otherwise sleep with them queued and every worker idle
+
+    @property
+    def healthy(self) -> bool:
+        """The dispatcher is running: submitted items will be scored."""
+        return self._thread.is_alive() and not self._closed
 
     def _collect(self, w: _Worker, is_conn: bool) -> None:
         if w.chunk is None:

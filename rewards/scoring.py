@@ -66,11 +66,49 @@ class _Plan:
         self.pooled: list[tuple] = []
 
 
+#: how deep a ground truth may nest (a list of boxes is 2; an action object 2 or 3)
+MAX_TRUTH_DEPTH = 16
+
+
+def _truth_problem(answer: Any, max_chars: int) -> str | None:
+    """Why a ground truth cannot be used (too long, nested too deep), or None."""
+    if isinstance(answer, str):
+        return (
+            f"ground truth longer than {max_chars} characters" if len(answer) > max_chars else None
+        )
+    stack, seen = [(answer, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, tuple, dict)):
+            if depth > MAX_TRUTH_DEPTH:
+                return f"ground truth nested deeper than {MAX_TRUTH_DEPTH}"
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((c, depth + 1) for c in children)
+        elif isinstance(node, str):
+            seen += len(node)
+        if seen > max_chars:
+            return f"ground truth longer than {max_chars} characters"
+    return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _item_fields(item: Any) -> tuple[str, str, Any, Mapping[str, Any]]:
     if isinstance(item, Mapping):
         return item["domain"], item["response"], item["answer"], item.get("options") or {}
     domain, response, answer, *rest = item
     return domain, response, answer, (rest[0] if rest else {}) or {}
+
+
+def counted_domain(result: ScoreResult) -> str:
+    """The domain a result is counted under: a name a client made up counts as ``unknown``,
+    so that counters and metric labels stay as few as the registered domains."""
+    if result.error == "domain":
+        return "unknown"
+    return result.domain or "?"
 
 
 class RewardScorer:
@@ -152,8 +190,15 @@ class RewardScorer:
                 path = registry.path_for(domain)
                 verifier = registry.load(path)
             except registry.UnknownDomain:
-                detail = f"unknown domain {domain!r}; known: {', '.join(registry.domains())}"
+                detail = f"unknown domain {_short(domain)}; known: {', '.join(registry.domains())}"
                 self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
+                continue
+            if answer is None and verifier.needs_answer:
+                problem = "no ground truth (answer is null)"
+            else:
+                problem = _truth_problem(answer, self.max_answer_chars)
+            if problem:
+                self._set(plan, i, ScoreResult(0.0, False, None, "answer", problem, domain))
                 continue
             if isinstance(response, str) and not cheap_to_gate(
                 response, fmt, self.gate_in_caller_max
@@ -230,7 +275,7 @@ class RewardScorer:
 
     def _set(self, plan: _Plan, i: int, result: ScoreResult, cache_hit: bool = False) -> None:
         plan.results[i] = result
-        self._count(result.domain or "?", result, cache_hit)
+        self._count(counted_domain(result), result, cache_hit)
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Per domain: items, cache_hits, timeouts, parse_errors, format_failures, crashes,

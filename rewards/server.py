@@ -24,6 +24,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Query
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -33,12 +35,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from starlette.responses import Response
 
 from rewards import argtypes, registry
 from rewards.base import ScoreResult
-from rewards.scoring import RewardScorer
+from rewards.scoring import RewardScorer, counted_domain
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BATCH = 4096
@@ -48,7 +50,41 @@ ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metric
 EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
 
 
-class ScoreRequest(BaseModel):
+#: how deep a request's JSON may nest; deeper is refused (422) before anything is scored
+MAX_JSON_DEPTH = 32
+
+
+def _plain_json(value: Any) -> Any:
+    """Refuse what JSON can carry but the server cannot use: a string with a lone surrogate
+    (``"\\ud800"``: it cannot be encoded in a response, a log or a metric label) and nesting
+    deeper than ``MAX_JSON_DEPTH``. Iterative, so the check itself cannot recurse too deep."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string is not valid Unicode (a lone surrogate)") from None
+        elif isinstance(node, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(node, dict):
+                stack.extend((k, depth + 1) for k in node)
+                stack.extend((v, depth + 1) for v in node.values())
+            else:
+                stack.extend((v, depth + 1) for v in node)
+    return value
+
+
+class _Checked(BaseModel):
+    @model_validator(mode="before")
+    @classmethod
+    def _plain(cls, data: Any) -> Any:
+        return _plain_json(data)
+
+
+class ScoreRequest(_Checked):
     domain: str = Field(examples=["math"])
     response: str = Field(
         examples=["<think>…</think><answer><|begin_of_box|>1/2<|end_of_box|></answer>"]
@@ -67,7 +103,7 @@ class ScoreResponse(BaseModel):
     cached: bool
 
 
-class BatchRequest(BaseModel):
+class BatchRequest(_Checked):
     items: list[ScoreRequest]
 
 
@@ -75,7 +111,7 @@ class BatchResponse(BaseModel):
     results: list[ScoreResponse]
 
 
-class OpenRLHFRequest(BaseModel):
+class OpenRLHFRequest(_Checked):
     """What OpenRLHF's remote reward model client posts."""
 
     query: list[str]
@@ -120,14 +156,15 @@ class _Metrics:
 
     def observe(self, results: list[ScoreResult]) -> None:
         for res in results:
-            self.items.labels(res.domain).inc()
-            self.rewards.labels(res.domain).observe(res.reward)
+            domain = counted_domain(res)  # a made-up domain does not become a label of its own
+            self.items.labels(domain).inc()
+            self.rewards.labels(domain).observe(res.reward)
             if res.cached:
-                self.cache_hits.labels(res.domain).inc()
+                self.cache_hits.labels(domain).inc()
             if res.error is not None:
-                self.errors.labels(res.domain, res.error).inc()
+                self.errors.labels(domain, res.error).inc()
                 if res.error == "timeout":
-                    self.timeouts.labels(res.domain).inc()
+                    self.timeouts.labels(domain).inc()
 
 
 class _Gate:
@@ -247,6 +284,13 @@ def create_app(
     )
     metrics = _Metrics()
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Any, exc: RequestValidationError) -> Response:
+        # as FastAPI's own answer, but ASCII-escaped: the input it echoes may hold a lone
+        # surrogate, which the default UTF-8 rendering cannot encode (a 500 instead of a 422)
+        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
+        return Response(body, status_code=422, media_type="application/json")
+
     def too_many(n: int) -> JSONResponse:
         return JSONResponse(
             {"detail": f"batch of {n} items is over the limit of {max_batch}"}, status_code=422
@@ -307,7 +351,9 @@ def create_app(
         return {"domains": registry.domains(), "counters": scorer.counters()}
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    def healthz() -> Any:
+        if not scorer.pool.healthy:
+            return JSONResponse({"status": "down", "detail": "the verifier pool stopped"}, 503)
         return {"status": "ok", "workers": len(scorer.pool.worker_pids)}
 
     @app.get("/metrics")

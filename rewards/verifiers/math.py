@@ -21,10 +21,22 @@ from rewards.verifiers import math_parse as mp
 DEFAULT_REL_TOL = 1e-6
 
 
+class Undecided(mp.MathParseError):
+    """The answers cannot be compared: the prediction is undefined (a division by zero) or a
+    side is too large to evaluate. Reported as an error, not as a wrong answer."""
+
+
 def numbers_close(a: Fraction | complex, b: Fraction | complex, rel_tol: float) -> bool:
+    """Equal within ``rel_tol``, except that two integers must be equal: 1000001 is not 10^6."""
     if a == b:
         return True
+    if _is_integer(a) and _is_integer(b):
+        return False
     return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+
+
+def _is_integer(x: Fraction | complex) -> bool:
+    return isinstance(x, Fraction) and x.denominator == 1
 
 
 def _fast_equal(pred: str, gt: str, rel_tol: float) -> bool | None:
@@ -49,12 +61,17 @@ def _numeric(expr: sympy.Basic) -> sympy.Expr | None:
 
 
 def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
+    """``a`` is the prediction, ``b`` the ground truth."""
     if a == b:
         return True
-    if a.has(sympy.oo, -sympy.oo, sympy.zoo) or b.has(sympy.oo, -sympy.oo, sympy.zoo):
+    if a.has(sympy.zoo, sympy.nan):
+        raise Undecided("undefined value (a division by zero?)")
+    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
         return False
     if mp.is_huge(a) or mp.is_huge(b):
-        return False
+        raise Undecided("too large to compare exactly")
+    if a.is_Integer and b.is_Integer:
+        return False  # and not within rel_tol: 1000001 is not 10^6
     if a.is_number and b.is_number:
         na, nb = _numeric(a), _numeric(b)
         if na is None or nb is None:
@@ -228,4 +245,7 @@ class MathVerifier(Verifier):
             p = mp.to_sympy(pred)
         except mp.MathParseError as e:
             return Verdict(0.0, "parse", str(e))
-        return Verdict(float(equal(p, g, rel_tol)))
+        try:
+            return Verdict(float(equal(p, g, rel_tol)))
+        except Undecided as e:
+            return Verdict(0.0, "parse", str(e))

@@ -37,6 +37,10 @@ _RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("
 _UNIT_TAIL = re.compile(
     r"\s*\\(?:text|mbox|mathrm|textrm)\{\s*[A-Za-z][A-Za-z .]*\}(?:\^\{?\d\}?)?$"
 )
+#: the unit is looked for in the answer's last characters only: a search over the whole text
+#: backtracks quadratically on a long answer with an unclosed ``\text{``
+_UNIT_TAIL_WINDOW = 256
+_DOUBLE_SUPERSCRIPT = re.compile(r"\^\s*(?:[\w.]+|\{[^{}]*\})\s*\^")
 _WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|mbox|boxed|mathbf)\{(.*)\}$", re.S)
 _IN_SET = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
@@ -78,9 +82,10 @@ def normalize(text: str) -> str:
         if not m or not _balanced(m.group(1)):
             break
         s = m.group(1).strip()
-    tail = _UNIT_TAIL.search(s)
-    if tail and tail.start() > 0:
-        s = s[: tail.start()].strip()
+    window = s[-_UNIT_TAIL_WINDOW:]
+    tail = _UNIT_TAIL.search(window)
+    if tail and len(s) - len(window) + tail.start() > 0:
+        s = s[: len(s) - len(window) + tail.start()].strip()
     s = _IN_SET.sub("", s)
     return " ".join(s.split())
 
@@ -208,6 +213,9 @@ def to_sympy(s: str) -> sympy.Basic:
     process: a GRPO group repeats its ground truth and many of its answers."""
     check_size(s)
     latex = plain_to_latex(s)
+    if _DOUBLE_SUPERSCRIPT.search(latex):
+        # a^b^c: LaTeX refuses it, the grammar would read (a^b)^c, Python's a**b**c is a^(b^c)
+        raise MathParseError("a double superscript (a^b^c) is ambiguous: brace the exponent")
     try:
         return latex_fast.parse(latex)
     except latex_fast.TooLarge as e:

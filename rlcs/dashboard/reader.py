@@ -215,7 +215,7 @@ class RunReader:
                 mask &= found
             else:
                 hit = np.zeros(n, dtype=bool)
-                if q.isdigit() and int(q) < n:
+                if q.isdecimal() and int(q) < n:
                     hit[int(q)] = True
                 mask &= hit
         matches = np.flatnonzero(mask)

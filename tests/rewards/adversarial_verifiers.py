@@ -11,6 +11,8 @@ from rewards.base import Verdict, Verifier
 class Hang(Verifier):
     """Spins forever when the answer says "hang"; a pure-Python busy loop, no sleep."""
 
+    needs_answer = False  # the tests give no ground truth
+
     def verify(self, extracted, answer, options):
         if extracted == "hang":
             while True:
@@ -21,6 +23,8 @@ class Hang(Verifier):
 class Crash(Verifier):
     """Exits the process abruptly (as a segfault would) on "die", recurses on "recurse",
     allocates without bound on "oom"."""
+
+    needs_answer = False  # the tests give no ground truth
 
     def verify(self, extracted, answer, options):
         if extracted == "die":
@@ -36,6 +40,8 @@ class Crash(Verifier):
 
 class OutOfRange(Verifier):
     """Returns a reward outside [0, 1], which must be reported, never passed on."""
+
+    needs_answer = False  # the tests give no ground truth
 
     def verify(self, extracted, answer, options):
         return Verdict(float(extracted))

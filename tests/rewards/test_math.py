@@ -149,3 +149,28 @@ def test_through_the_pool_equal_answers_share_one_verification(scorer):
     results = scorer.score_batch(items)
     assert [r.reward for r in results] == [1.0] * 8
     assert sum(r.cached for r in results) >= 7
+
+
+def test_integers_match_exactly_while_decimals_keep_the_tolerance():
+    assert V.verify("1000001", "1000000", {}).reward == 0.0
+    assert V.verify("123456789", "123456788", {}).reward == 0.0
+    assert V.verify("2^{20} + 1", "1048576", {}).reward == 0.0
+    assert V.verify("1000000.0000001", "1000000", {}).reward == 1.0
+    assert V.verify("3.1415927", "\\pi", {}).reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "pred, truth, detail",
+    [
+        ("\\frac{1}{0}", "1", "undefined value"),
+        ("1/0", "1", "undefined value"),
+        ("0/0", "0", "undefined value"),
+        ("100000\\cdot 99999!", "100000!", "too large to compare"),
+        # Python's 9**9**9 is 9^(9^9); the LaTeX grammar would read (9^9)^9 = 9^81
+        ("9**9**9", "9^{81}", "double superscript"),
+        ("x^2^3", "x^6", "double superscript"),
+    ],
+)
+def test_answers_that_cannot_be_compared_are_errors_not_silent_zeros(pred, truth, detail):
+    v = V.verify(pred, truth, {})
+    assert (v.reward, v.error) == (0.0, "parse") and detail in v.detail

@@ -191,3 +191,44 @@ def test_a_large_response_full_of_angle_brackets_is_gated_in_a_worker(scorer):
     res = scorer.score("math", soup, "5")
     assert (res.reward, res.extracted) == (1.0, "5")
     assert time.monotonic() - start < 2.0
+
+
+def test_ground_truths_that_cannot_be_used_are_answer_errors(scorer):
+    deep: object = [[1, 1, 5, 5]]
+    for _ in range(20):
+        deep = [deep]
+    results = scorer.score_batch(
+        [
+            ("math", glm("1"), None),
+            ("grounding", glm("[[1, 1, 5, 5]]"), deep),
+            ("math", glm("1"), "1" * 70_000),
+            ("math", glm("1"), "1"),
+        ]
+    )
+    assert [r.error for r in results] == ["answer", "answer", "answer", None]
+    assert "no ground truth" in results[0].detail
+    assert "nested deeper" in results[1].detail and "longer than" in results[2].detail
+
+
+def test_a_task_that_cannot_be_pickled_fails_alone_and_the_pool_goes_on(scorer):
+    """A ground truth nested past pickle's recursion limit used to stop the dispatcher for good:
+    every later item got a pool error. Only that task fails now."""
+    deep: object = 1
+    for _ in range(3000):
+        deep = [deep]
+    math = "rewards.verifiers.math:MathVerifier"
+    outcomes = scorer.pool.run([(math, "1", deep, {}), (math, "2", "2", {})], 5.0)
+    assert outcomes[0][:2] == (0.0, "request") and "RecursionError" in outcomes[0][2]
+    assert outcomes[1] == (1.0, None, None)
+    assert scorer.pool.healthy
+    assert scorer.score("math", glm("7"), "7").reward == 1.0
+
+
+def test_made_up_domains_are_counted_as_unknown(scorer):
+    names = [f"no-such-domain-{i}" for i in range(5)]
+    before = scorer.counters().get("unknown", {}).get("items", 0)
+    results = scorer.score_batch([(d, glm("1"), "1") for d in names])
+    assert {r.error for r in results} == {"domain"}
+    counters = scorer.counters()
+    assert counters["unknown"]["items"] == before + 5
+    assert not set(names) & set(counters)

@@ -197,3 +197,29 @@ def test_domains_docs_and_metrics(server):
     assert "rlcs_reward_request_seconds_bucket" in text
     assert 'rlcs_reward_value_bucket{domain="ocr"' in text
     assert 'rlcs_reward_timeouts_total{domain="hang"}' in text
+
+
+def test_json_the_server_cannot_use_is_refused_and_the_server_stays_whole(server):
+    ok = glm("1")
+    surrogate = '{"domain": "\\ud800", "response": "1", "answer": "1"}'
+    r = server.post("/v1/score", content=surrogate, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "lone surrogate" in r.text
+    deep: object = "1"
+    for _ in range(100):
+        deep = [deep]
+    r = server.post("/v1/score", json={"domain": "math", "response": ok, "answer": deep})
+    assert r.status_code == 422 and "nested deeper than" in r.text
+    r = server.post("/get_reward", json={"query": [ok]})  # no labels: no ground truth
+    assert r.status_code == 200 and r.json()["extra_logs"]["error"] == [1.0]
+    for i in range(3):
+        server.post("/v1/score", json={"domain": f"made-up-{i}", "response": ok, "answer": "1"})
+    text = server.get("/metrics").text
+    assert 'rlcs_reward_errors_total{domain="unknown",error="domain"}' in text
+    assert "made-up-" not in text
+    assert server.get("/healthz").json()["status"] == "ok"
+    assert (
+        server.post("/v1/score", json={"domain": "math", "response": ok, "answer": "1"}).json()[
+            "reward"
+        ]
+        == 1.0
+    )
