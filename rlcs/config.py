@@ -8,21 +8,32 @@ applies ``--set key=value`` overrides and validates the result; any problem is r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PositiveFloat,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
+from rlcs.strict_yaml import load_yaml
+
 Stage = Literal["pretrain", "sft", "rl"]
 TaskDomain = Literal["math", "ocr", "grounding", "gui"]  # the synthetic task generators
+
+
+def _check_range(r: tuple[float, float]) -> tuple[float, float]:
+    if not 0.0 <= r[0] <= r[1] <= 1.0:
+        raise ValueError(f"a difficulty range must satisfy 0 <= lo <= hi <= 1, got {list(r)}")
+    return r
+
+
+DifficultyRange = Annotated[tuple[float, float], AfterValidator(_check_range)]
 
 
 class Section(BaseModel):
@@ -59,31 +70,15 @@ class SyntheticDataConfig(Section):
         default_factory=dict
     )
     text_only: bool = Field(False, description="Put the task in the prompt text; no images.")
-    difficulty: tuple[float, float] = Field(
+    difficulty: DifficultyRange = Field(
         (0.0, 1.0), description="Each example's difficulty knob is drawn uniformly from [lo, hi]."
     )
-    domain_difficulty: dict[TaskDomain, tuple[float, float]] = Field(
+    domain_difficulty: dict[TaskDomain, DifficultyRange] = Field(
         default_factory=dict,
         description="A [lo, hi] range for some domains instead of `difficulty`, "
         "e.g. {ocr: [0.4, 0.6]}.",
     )
     seed: int = 0
-
-    @field_validator("difficulty")
-    @classmethod
-    def _range(cls, r: tuple[float, float]) -> tuple[float, float]:
-        if not 0.0 <= r[0] <= r[1] <= 1.0:
-            raise ValueError(f"a difficulty range must satisfy 0 <= lo <= hi <= 1, got {list(r)}")
-        return r
-
-    @field_validator("domain_difficulty")
-    @classmethod
-    def _ranges(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-        for domain, r in ranges.items():
-            if not 0.0 <= r[0] <= r[1] <= 1.0:
-                raise ValueError(f"{domain}: a difficulty range must satisfy 0 <= lo <= hi <= 1, "
-                                 f"got {list(r)}")  # fmt: skip
-        return ranges
 
     def difficulty_of(self, domain: str) -> tuple[float, float]:
         """The difficulty range the domain's examples are drawn from."""
@@ -387,22 +382,6 @@ def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> s
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that a key given twice in one mapping is an error: the plain
-    loader keeps the last one and silently drops the rest of the first (a whole section)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (first {seen[key]})", key_node.start_mark
-                )
-            seen[key] = f"on line {key_node.start_mark.line + 1}"
-        return super().construct_mapping(node, deep=deep)
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.c=value`` into its key path and a YAML-typed value."""
     key, sep, raw = text.partition("=")
@@ -446,7 +425,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         if not p.is_file():
             raise ConfigError(f"{source}: config file not found")
         try:
-            loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+            loaded = load_yaml(p.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
             raise ConfigError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         except OSError as e:

@@ -108,7 +108,7 @@ def test_synthetic_difficulty_ranges(tmp_path):
     assert syn.difficulty_of("math") == (0.0, 0.3)
     bad = {
         "data.synthetic.domain_difficulty={ocr: [0.6, 0.4]}": r"--set: data\.synthetic\."
-        r"domain_difficulty: Value error, ocr: a difficulty range must satisfy 0 <= lo <= hi <= 1",
+        r"domain_difficulty\.ocr: Value error, a difficulty range must satisfy 0 <= lo <= hi <= 1",
         "data.synthetic.difficulty=[0.0, 1.5]": r"--set: data\.synthetic\.difficulty: Value "
         r"error, a difficulty range must satisfy",
         # a key inside a mapping given with --set is still blamed on --set
