@@ -35,7 +35,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from rewards import argtypes, registry
@@ -50,41 +50,7 @@ ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metric
 EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
 
 
-#: how deep a request's JSON may nest; deeper is refused (422) before anything is scored
-MAX_JSON_DEPTH = 32
-
-
-def _plain_json(value: Any) -> Any:
-    """Refuse what JSON can carry but the server cannot use: a string with a lone surrogate
-    (``"\\ud800"``: it cannot be encoded in a response, a log or a metric label) and nesting
-    deeper than ``MAX_JSON_DEPTH``. Iterative, so the check itself cannot recurse too deep."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("a string is not valid Unicode (a lone surrogate)") from None
-        elif isinstance(node, (list, dict)):
-            if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(node, dict):
-                stack.extend((k, depth + 1) for k in node)
-                stack.extend((v, depth + 1) for v in node.values())
-            else:
-                stack.extend((v, depth + 1) for v in node)
-    return value
-
-
-class _Checked(BaseModel):
-    @model_validator(mode="before")
-    @classmethod
-    def _plain(cls, data: Any) -> Any:
-        return _plain_json(data)
-
-
-class ScoreRequest(_Checked):
+class ScoreRequest(BaseModel):
     domain: str = Field(examples=["math"])
     response: str = Field(
         examples=["<think>…</think><answer><|begin_of_box|>1/2<|end_of_box|></answer>"]
@@ -103,7 +69,7 @@ class ScoreResponse(BaseModel):
     cached: bool
 
 
-class BatchRequest(_Checked):
+class BatchRequest(BaseModel):
     items: list[ScoreRequest]
 
 
@@ -111,7 +77,7 @@ class BatchResponse(BaseModel):
     results: list[ScoreResponse]
 
 
-class OpenRLHFRequest(_Checked):
+class OpenRLHFRequest(BaseModel):
     """What OpenRLHF's remote reward model client posts."""
 
     query: list[str]
@@ -242,6 +208,17 @@ class _Gate:
         )
 
 
+def _json_response(content: Any, status_code: int = 200) -> Response:
+    """JSON as FastAPI renders it (UTF-8), or ASCII-escaped when the content holds a lone
+    surrogate: JSON text may carry one (``"\\ud800"``) and a result or an error echoes it, but
+    UTF-8 cannot encode it, and rendering it as FastAPI does would be a 500."""
+    try:
+        return JSONResponse(content, status_code)
+    except UnicodeEncodeError:
+        body = json.dumps(content, ensure_ascii=True)
+        return Response(body, status_code=status_code, media_type="application/json")
+
+
 def _openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str, Any]:
     response = query
     if prompt and query.startswith(prompt):
@@ -286,10 +263,8 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Any, exc: RequestValidationError) -> Response:
-        # as FastAPI's own answer, but ASCII-escaped: the input it echoes may hold a lone
-        # surrogate, which the default UTF-8 rendering cannot encode (a 500 instead of a 422)
-        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
-        return Response(body, status_code=422, media_type="application/json")
+        # FastAPI's own answer, rendered so that an echoed lone surrogate cannot make it a 500
+        return _json_response({"detail": jsonable_encoder(exc.errors())}, 422)
 
     def too_many(n: int) -> JSONResponse:
         return JSONResponse(
@@ -300,7 +275,7 @@ def create_app(
     async def score_one(req: ScoreRequest) -> Any:
         results = await scorer.score_batch_async([req.model_dump()])
         metrics.observe(results)
-        return JSONResponse(results[0].to_dict())
+        return _json_response(results[0].to_dict())
 
     @app.post("/v1/score/batch", response_model=BatchResponse)
     async def score_batch(req: BatchRequest) -> Any:
@@ -308,7 +283,7 @@ def create_app(
             return too_many(len(req.items))
         results = await scorer.score_batch_async([item.model_dump() for item in req.items])
         metrics.observe(results)
-        return JSONResponse({"results": [r.to_dict() for r in results]})
+        return _json_response({"results": [r.to_dict() for r in results]})
 
     @app.post("/get_reward", response_model=OpenRLHFResponse)
     async def get_reward(

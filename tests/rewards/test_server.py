@@ -199,16 +199,23 @@ def test_domains_docs_and_metrics(server):
     assert 'rlcs_reward_timeouts_total{domain="hang"}' in text
 
 
-def test_json_the_server_cannot_use_is_refused_and_the_server_stays_whole(server):
+def test_odd_json_is_scored_or_refused_and_the_server_stays_whole(server):
     ok = glm("1")
+    # a lone surrogate is valid JSON text; it is scored (here: an unknown domain) and echoed
+    # ASCII-escaped, and it does not end up in a metric label
     surrogate = '{"domain": "\\ud800", "response": "1", "answer": "1"}'
     r = server.post("/v1/score", content=surrogate, headers={"content-type": "application/json"})
-    assert r.status_code == 422 and "lone surrogate" in r.text
+    assert r.status_code == 200 and r.json()["error"] == "domain"
+    assert r.json()["domain"] == "\ud800"
+    boxed = '{"domain": "ocr", "response": "<think>t</think><answer><|begin_of_box|>a\\ud800<|end_of_box|></answer>", "answer": "a"}'
+    r = server.post("/v1/score", content=boxed, headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json()["extracted"] == "a\ud800"
     deep: object = "1"
-    for _ in range(100):
+    for _ in range(900):
         deep = [deep]
     r = server.post("/v1/score", json={"domain": "math", "response": ok, "answer": deep})
-    assert r.status_code == 422 and "nested deeper than" in r.text
+    assert r.status_code == 200 and r.json()["error"] == "answer"
+    assert "nested deeper than" in r.json()["detail"]
     r = server.post("/get_reward", json={"query": [ok]})  # no labels: no ground truth
     assert r.status_code == 200 and r.json()["extra_logs"]["error"] == [1.0]
     for i in range(3):
@@ -216,6 +223,7 @@ def test_json_the_server_cannot_use_is_refused_and_the_server_stays_whole(server
     text = server.get("/metrics").text
     assert 'rlcs_reward_errors_total{domain="unknown",error="domain"}' in text
     assert "made-up-" not in text
+    assert server.get("/v1/domains").status_code == 200
     assert server.get("/healthz").json()["status"] == "ok"
     assert (
         server.post("/v1/score", json={"domain": "math", "response": ok, "answer": "1"}).json()[
