@@ -33,6 +33,11 @@ def bucket(p: float) -> str:
     return BUCKETS[1 + min(3, int((p - 1e-9) * 4))]
 
 
+def check_sampling(rollout: RolloutConfig) -> None:
+    if rollout.temperature <= 0.0:
+        raise ValueError("grading samples answers: rollout.temperature must be above 0")
+
+
 def pass_rates(
     model_path: str | Path,
     items: Sequence[Item],
@@ -54,8 +59,7 @@ def pass_rates(
     """
     from cluster.evaluate import answer_items
 
-    if rollout.temperature <= 0.0:
-        raise ValueError("grading samples answers: rollout.temperature must be above 0")
+    check_sampling(rollout)
     records = answer_items(
         model_path, items, rollout, samples, temperature=rollout.temperature,
         num_cpus=num_cpus, batch_items=batch_items, timeout_s=timeout_s, progress=progress,
@@ -133,8 +137,7 @@ def grade_files(
 
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
-    if cfg.rollout.temperature <= 0.0:
-        raise ValueError("grading samples answers: rollout.temperature must be above 0")
+    check_sampling(cfg.rollout)
     check_output_file(out)
     loaded = [(p, load_items(p)) for p in inputs]
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]

@@ -72,10 +72,6 @@ MAX_TRUTH_DEPTH = 16
 
 def _truth_problem(answer: Any, max_chars: int) -> str | None:
     """Why a ground truth cannot be used (too long, nested too deep), or None."""
-    if isinstance(answer, str):
-        return (
-            f"ground truth longer than {max_chars} characters" if len(answer) > max_chars else None
-        )
     stack, seen = [(answer, 1)], 0
     while stack:
         node, depth = stack.pop()

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from rlcs.strict_yaml import load_yaml
+from rlcs.config_text import ConfigError, apply_overrides, format_errors, read_config_file
 
 Stage = Literal["pretrain", "sft", "rl"]
 TaskDomain = Literal["math", "ocr", "grounding", "gui"]  # the synthetic task generators
@@ -359,87 +359,15 @@ class Config(Section):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-class ConfigError(ValueError):
-    """A config problem, naming the key and where its value came from."""
-
-
-def _format_errors(err: ValidationError, source: str, overridden: set[str]) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        # a value set with --set is blamed on it: the key it set, the keys inside a mapping it
-        # set, and the section holding a key it set (an unknown section, a section's own check)
-        by_set = any(
-            key == o or key.startswith(o + ".") or o.startswith(key + ".") for o in overridden
-        )
-        origin = "--set" if by_set else source
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif "input" in e and e["type"] != "missing" and not isinstance(e["input"], dict):
-            msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{origin}: {key}: {msg}")
-    return "invalid config:\n  " + "\n  ".join(lines)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``a.b.c=value`` into its key path and a YAML-typed value."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected key=value, e.g. rollout.n=8")
-    if any(not part.strip() for part in key.split(".")):
-        raise ConfigError(f"--set {text!r}: the key {key!r} has an empty part")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML: {e}") from None
-    return key.strip().split("."), value
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> set[str]:
-    """Apply dotted overrides in place; return the keys they set."""
-    keys = set()
-    for text in overrides:
-        path, value = parse_override(text)
-        node = data
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"--set {text!r}: {'.'.join(path[: i + 1])} is not a section")
-            node = child
-        node[path[-1]] = value
-        keys.add(".".join(path))
-    return keys
-
-
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config, apply ``key=value`` overrides, and validate."""
     source = str(path) if path is not None else "<defaults>"
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"{source}: is a directory, not a config file")
-        if not p.is_file():
-            raise ConfigError(f"{source}: config file not found")
-        try:
-            loaded = load_yaml(p.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        except OSError as e:
-            raise ConfigError(f"{source}: cannot read: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{source}: not valid YAML: {e}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{source}: top level must be a mapping of sections")
-        data = loaded or {}
+    data = read_config_file(path) if path is not None else {}
     overridden = apply_overrides(data, overrides or [])
     try:
         return Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, source, overridden)) from None
+        raise ConfigError(format_errors(e, source, overridden)) from None
 
 
 def write_resolved(config: Config, run_dir: str | Path) -> Path:
