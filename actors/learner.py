@@ -110,7 +110,7 @@ class Learner:
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
         )
         self.is_vlm = hasattr(model.config, "vision_config")
-        if lc.grpo.kl_coef > 0:
+        if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
             self.ref_model = load_hf_model(self.model_path).to(self.engine.device).eval()
             self.ref_model.requires_grad_(False)
         self.tokenizer, self.processor = load_processors(self.model_path)

@@ -66,6 +66,33 @@ DEMO_MARKER = "demo-run.json"
 #: Written into a stage's directory when the stage has finished: its settings and wall time.
 STAGE_DONE = "demo-stage.json"
 STAGES = ("data", "pretrain", "sft", "rl")
+#: Parts of the config that pretraining and SFT never read: only the RL stage starts rollout
+#: engines, reward actors and the sampler, and runs GRPO. An edit to them leaves the demo's
+#: earlier stages kept on ``--resume``.
+RL_ONLY = {
+    "rollout": True,
+    "reward": True,
+    "curriculum": True,
+    "learner": {"grpo"},
+    "data": {"domain_weights", "rewrite_multiple_choice"},
+    "run": {"iterations", "prompts_per_iteration", "samples_per_iteration", "eval_every",
+            "eval_samples"},  # fmt: skip
+}
+
+
+def stage_settings(cfg: Config) -> dict:
+    """What a demo stage's result depends on: its whole resolved config, less the parts that
+    only RL reads when the stage is pretraining or SFT."""
+    out = cfg.model_dump(mode="json")
+    if cfg.stage == "rl":
+        return out
+    for section, fields in RL_ONLY.items():
+        if fields is True:
+            out.pop(section)
+        else:
+            for f in fields:
+                out[section].pop(f)
+    return out
 
 
 class StageLedger:
@@ -111,7 +138,6 @@ def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
 def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = False) -> dict:
     """The whole demo into ``root``. ``resume`` keeps the stages of an earlier attempt that
     finished with the same settings (see ``StageLedger``)."""
-    from pydantic import BaseModel
     from rich.console import Console
     from rich.table import Table
 
@@ -144,18 +170,15 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
         console.print(f"[green]{name} done[/] in {walls[name]:.0f}s")
         return out
 
-    def settings(section: BaseModel) -> dict:
-        return section.model_dump(mode="json")
-
     base = load_config(config)
-    stage("data", lambda: build_data(base, root), settings(base.data))
+    stage("data", lambda: build_data(base, root), base.data.model_dump(mode="json")["synthetic"])
     files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
     pre = stage_config(config, root, "pretrain", [*PRETRAIN, *data_overrides(files, "pretrain")])
     connect_ray(pre)
-    stage("pretrain", lambda: train(pre), settings(pre))
+    stage("pretrain", lambda: train(pre), stage_settings(pre))
     sft = stage_config(config, root, "sft", [*SFT, *data_overrides(files, "sft"),
                                              f"model.path={root / 'pretrain' / 'hf'}"])  # fmt: skip
-    stage("sft", lambda: train(sft), settings(sft))
+    stage("sft", lambda: train(sft), stage_settings(sft))
     rl = stage_config(config, root, "rl", [*RL, *data_overrides(files, "rl_train"),
                                            f"model.path={root / 'sft' / 'hf'}"])  # fmt: skip
     heldout = load_stage_data(rl, rl.run_dir).eval_items
@@ -176,7 +199,7 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
             if dash is not None:
                 dash.terminate()
 
-    stage("rl", rl_stage, settings(rl))
+    stage("rl", rl_stage, stage_settings(rl))
     after = stage("eval after RL",
                   lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 

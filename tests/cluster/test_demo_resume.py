@@ -45,6 +45,23 @@ def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
     assert not demo.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
 
 
+def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):
+    def settings(stage, *edits):
+        return demo.stage_settings(
+            demo.stage_config(demo.DEFAULT_CONFIG, tmp_path, stage, [f"stage={stage}", *edits])
+        )
+
+    rl_edits = ["rollout.temperature=1.0", "curriculum.policy=uniform", "run.iterations=3",
+                "learner.grpo.kl_coef=0.05", 'data.domain_weights={"gui": 1.0}']  # fmt: skip
+    for stage in ("pretrain", "sft"):
+        assert settings(stage) == settings(stage, *rl_edits)
+        # what the stage reads does count
+        assert settings(stage) != settings(stage, "learner.weight_decay=0.1")
+        assert settings(stage) != settings(stage, "data.seq_len=128")
+    # RL's own stage counts every setting
+    assert settings("rl") != settings("rl", "rollout.temperature=1.0")
+
+
 @pytest.mark.slow
 def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, monkeypatch):
     import ray
@@ -73,6 +90,9 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         # RL died before it finished: its directory holds a partial run and no completion mark
         (root / "rl" / demo.STAGE_DONE).unlink()
         (root / "rl" / "stale.txt").write_text("from the attempt that died")
+        # and the RL settings were edited: pretraining and SFT do not read them
+        cfg["rollout"]["temperature"] = 1.0
+        config.write_text(yaml.safe_dump(cfg))
         second = demo.run(config, root, dashboard_port=None, resume=True)
     finally:
         ray.shutdown()
