@@ -23,10 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Query
+from fastapi import Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -44,8 +45,14 @@ from rewards.scoring import RewardScorer, counted_domain
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BATCH = 4096
+#: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
+DOCS_ASSETS = "/docs/assets"
 OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
 ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metrics", *OPEN_PATHS)
+
+
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(DOCS_ASSETS + "/")
 #: end-of-sequence markers OpenRLHF leaves on decoded queries; stripped before the format gate
 EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
 
@@ -173,7 +180,7 @@ class _Gate:
             self.metrics.latency.labels(path).observe(time.perf_counter() - start)
 
     def _refuse(self, scope: dict) -> Response | None:
-        if self.token and scope["path"] not in OPEN_PATHS:
+        if self.token and not _open(scope["path"]):
             headers = dict(scope.get("headers") or [])
             given = headers.get(b"authorization", b"").decode("latin-1")
             if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
@@ -254,7 +261,9 @@ def create_app(
     default_domain: str = "math",
 ) -> Any:
     """The FastAPI app, wrapped in the auth/size/metrics gate."""
-    app = FastAPI(
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
+        redoc_url=None,  # ReDoc's page fetches its logo from a CDN; Swagger UI needs nothing
         title="rlcs reward server",
         description="Verifiable rewards for math, chart, OCR, grounding, GUI and VQA answers.",
         version="0.1.0",
@@ -325,7 +334,7 @@ def create_app(
     def list_domains() -> dict[str, Any]:
         return {"domains": registry.domains(), "counters": scorer.counters()}
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # HEAD for load balancers' probes
     def healthz() -> Any:
         if not scorer.pool.healthy:
             return JSONResponse({"status": "down", "detail": "the verifier pool stopped"}, 503)

@@ -35,7 +35,10 @@ def create_app(run_dir: str | Path, token: str | None = None) -> FastAPI:
     """The dashboard for one run directory; with ``token``, every data route requires it."""
     reader = RunReader(run_dir)
     js = plotly_js()
-    app = FastAPI(title="rlcs curriculum dashboard", docs_url=None, redoc_url=None)
+    # no API docs: a token-protected dashboard would otherwise list its routes to anyone
+    app = FastAPI(
+        title="rlcs curriculum dashboard", docs_url=None, redoc_url=None, openapi_url=None
+    )
 
     def authorize(request: Request) -> None:
         if token is None:
@@ -64,7 +67,7 @@ def create_app(run_dir: str | Path, token: str | None = None) -> FastAPI:
             raise HTTPException(status_code=404)
         return FileResponse(path)
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
     def healthz() -> dict:
         return {"ok": True}
 

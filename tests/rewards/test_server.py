@@ -191,12 +191,43 @@ def test_auth_and_limits(server):
 def test_domains_docs_and_metrics(server):
     assert {"math", "gui", "hang"} <= set(server.get("/v1/domains").json()["domains"])
     assert server.get("/docs").status_code == 200
+    assert httpx.head(f"{server.base_url}/healthz").status_code == 200  # no token: a probe
     assert "/get_reward" in server.get("/openapi.json").json()["paths"]
     text = server.get("/metrics").text
     assert 'rlcs_reward_items_total{domain="math"}' in text
     assert "rlcs_reward_request_seconds_bucket" in text
     assert 'rlcs_reward_value_bucket{domain="ocr"' in text
     assert 'rlcs_reward_timeouts_total{domain="hang"}' in text
+
+
+def test_the_api_docs_render_in_a_browser_without_internet(server):
+    from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import sync_playwright
+
+    base = str(server.base_url).rstrip("/")
+    outside: list[str] = []
+
+    def local_only(route):
+        if route.request.url.startswith(base + "/"):
+            route.continue_()
+        else:  # a CDN the server relied on would leave the page blank on an offline cluster
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()  # no token: the docs are open, as /healthz is
+            page.route("**/*", local_only)
+            page.goto(base + "/docs")
+            page.locator(".opblock-summary-path", has_text="/v1/score/batch").wait_for()
+            assert page.locator(".opblock").count() >= 6
+        finally:
+            browser.close()
+    assert outside == []
 
 
 def test_odd_json_is_scored_or_refused_and_the_server_stays_whole(server):

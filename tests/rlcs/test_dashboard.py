@@ -124,6 +124,9 @@ def test_api_requires_the_token_and_reports_the_run(server):
     ).json()
     assert summary["iteration"] == 40 and summary["num_items"] == 1200
     assert summary["domains"] == ["math", "chart", "ocr"]
+    # no API description to read without the token, and a health probe that HEAD answers
+    assert httpx.get(f"{server}/openapi.json").status_code == 404
+    assert httpx.head(f"{server}/healthz").status_code == 200
     js = httpx.get(f"{server}/static/plotly.min.js")
     assert js.status_code == 200 and len(js.content) > 1_000_000  # served locally, no CDN
 
