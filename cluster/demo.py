@@ -75,8 +75,13 @@ RL_ONLY = {
     "curriculum": True,
     "learner": {"grpo"},
     "data": {"domain_weights", "rewrite_multiple_choice"},
-    "run": {"iterations", "prompts_per_iteration", "samples_per_iteration", "eval_every",
-            "eval_samples"},  # fmt: skip
+    "run": {
+        "iterations",
+        "prompts_per_iteration",
+        "samples_per_iteration",
+        "eval_every",
+        "eval_samples",
+    },
 }
 
 

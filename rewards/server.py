@@ -53,6 +53,8 @@ ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metric
 
 def _open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(DOCS_ASSETS + "/")
+
+
 #: end-of-sequence markers OpenRLHF leaves on decoded queries; stripped before the format gate
 EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
 
