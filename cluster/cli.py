@@ -13,7 +13,14 @@ import os
 import sys
 from collections.abc import Callable
 
-from rewards.argtypes import int_at_least, non_negative_float, port, port_or_off, positive_float
+from rewards.argtypes import (
+    add_reward_server_arguments,
+    int_at_least,
+    non_negative_float,
+    port,
+    port_or_off,
+    positive_float,
+)
 
 #: subcommand -> (module, function, one-line help). The function takes the parsed arguments
 #: and returns an exit code.
@@ -137,38 +144,14 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     _add_set(p, "rollout.max_answer_tokens=64")
 
 
-def _add_serve_rewards(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=port, default=8000)
-    p.add_argument(
-        "--token",
-        default=os.environ.get("RLCS_REWARD_TOKEN"),
-        help="require this bearer token (default: $RLCS_REWARD_TOKEN; none means no auth)",
-    )
-    p.add_argument(
-        "--workers", type=int_at_least(1), default=None, help="verifier processes (default: cores)"
-    )
-    p.add_argument(
-        "--timeout", type=positive_float, default=5.0, help="per-item timeout in seconds"
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int_at_least(1),
-        default=16 * 1024 * 1024,
-        help="larger requests get 413",
-    )
-    p.add_argument("--max-batch", type=int_at_least(1), default=4096, help="larger batches get 422")
-    p.add_argument(
-        "--default-domain", default="math", help="/get_reward domain for labels naming none"
-    )
-
-
 def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "run_dir", help="a run directory, e.g. runs/demo/rl (or runs/demo: the demo's RL stage)"
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=port, default=8266)
+    p.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (default %(default)s)"
+    )
+    p.add_argument("--port", type=port, default=8266, help="default %(default)s")
     p.add_argument(
         "--token",
         default=os.environ.get("RLCS_DASHBOARD_TOKEN"),
@@ -181,7 +164,7 @@ _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "demo": _add_demo,
     "eval": _add_eval,
     "grade": _add_grade,
-    "serve-rewards": _add_serve_rewards,
+    "serve-rewards": add_reward_server_arguments,
     "dashboard": _add_dashboard,
 }
 

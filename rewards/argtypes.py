@@ -7,8 +7,53 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 from collections.abc import Callable
+
+#: The reward server's request limits, shared with ``rewards.server.create_app``.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BATCH = 4096
+
+
+def add_reward_server_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rlcs serve-rewards`` and ``python -m rewards.server``."""
+    p.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (default %(default)s)"
+    )
+    p.add_argument("--port", type=port, default=8000, help="default %(default)s")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("RLCS_REWARD_TOKEN"),
+        help="require this bearer token (default: $RLCS_REWARD_TOKEN; none means no auth)",
+    )
+    p.add_argument(
+        "--workers", type=int_at_least(1), default=None, help="verifier processes (default: cores)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=5.0,
+        help="per-item timeout in seconds; an item over it scores 0 with error 'timeout' "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int_at_least(1),
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="larger requests get 413 (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int_at_least(1),
+        default=DEFAULT_MAX_BATCH,
+        help="larger batches get 422 (default %(default)s)",
+    )
+    p.add_argument(
+        "--default-domain",
+        default="math",
+        help="/get_reward domain for labels naming none (default %(default)s)",
+    )
 
 
 def port(text: str) -> int:

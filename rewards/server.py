@@ -40,11 +40,10 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from rewards import argtypes, registry
+from rewards.argtypes import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from rewards.base import ScoreResult
 from rewards.scoring import RewardScorer, counted_domain
 
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_BATCH = 4096
 #: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
 DOCS_ASSETS = "/docs/assets"
 OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
@@ -386,16 +385,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rewards.server", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=argtypes.port, default=8000)
-    p.add_argument("--token", default=os.environ.get("RLCS_REWARD_TOKEN"))
-    p.add_argument("--workers", type=argtypes.int_at_least(1), default=None)
-    p.add_argument("--timeout", type=argtypes.positive_float, default=5.0)
-    p.add_argument(
-        "--max-body-bytes", type=argtypes.int_at_least(1), default=DEFAULT_MAX_BODY_BYTES
-    )
-    p.add_argument("--max-batch", type=argtypes.int_at_least(1), default=DEFAULT_MAX_BATCH)
-    p.add_argument("--default-domain", default="math")
+    argtypes.add_reward_server_arguments(p)
     return p.parse_args(argv)
 
 
