@@ -153,6 +153,29 @@ class Placement:
             opts["runtime_env"] = thread_env(bundle.get("CPU", 0.0))
         return opts
 
+    def node_of(self, role: str, index: int) -> str:
+        """The Ray node id that actor ``index`` of ``role`` runs on."""
+        from ray.util.placement_group import placement_group_table
+
+        pg_role = "learner" if (self.colocate and role == "rollout") else role
+        return placement_group_table(self.groups[pg_role])["bundles_to_node_id"][index]
+
+    def check_weight_sync(self, kind: str, engines: int) -> None:
+        """``shm`` and ``cuda_ipc`` hand the weights over inside one machine: every rollout
+        engine must be on the node of learner rank 0, which pushes them."""
+        if kind not in ("shm", "cuda_ipc") or engines == 0:
+            return
+        home = self.node_of("learner", 0)
+        away = [i for i in range(engines) if self.node_of("rollout", i) != home]
+        if away:
+            raise PlacementError(
+                f"cluster.weight_sync: {kind} passes the weights within one node, but rollout "
+                f"engine(s) {', '.join(map(str, away))} were placed on another node than "
+                f"learner rank 0 ({home[:12]}); use cpu_bytes (or nccl between GPUs), or keep "
+                "the roles on one node (cluster.colocate, cluster.role_resources, "
+                "cluster.placement_strategy: STRICT_PACK)"
+            )
+
     def remove(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
@@ -186,4 +209,10 @@ def create_placement(cfg: Config, timeout_s: float = 120.0) -> Placement:
                 f"could not reserve the {role} bundles {plan.bundles[role]} within {timeout_s:.0f}s; "
                 f"the cluster has {ray.available_resources()} available"
             ) from None
-    return Placement(groups, plan, cfg.cluster.colocate)
+    placement = Placement(groups, plan, cfg.cluster.colocate)
+    try:
+        placement.check_weight_sync(cfg.cluster.weight_sync, cfg.rollout.num_workers)
+    except PlacementError:
+        placement.remove()
+        raise
+    return placement

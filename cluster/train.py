@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from cluster.checkpointing import Checkpointer
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
+from cluster.placement import PlacementError
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
@@ -195,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
     except (FileExistsError, FileNotFoundError, NotADirectoryError, ValueError) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 2
-    except RunFailed as e:
+    except (RunFailed, PlacementError) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 1
     print(f"run finished: {run_dir} (report: {run_dir / 'report.md'})")
