@@ -145,6 +145,12 @@ def test_roles_land_on_the_nodes_their_resources_name():
         (learner_node,), (rollout_node,) = where["learner"], where["rollout"]
         assert learner_node != rollout_node
         assert "trainer" in nodes[learner_node] and "roller" in nodes[rollout_node]
+        assert placement.node_of("learner", 1) == learner_node
+        assert placement.node_of("rollout", 0) == rollout_node
+        # weights handed over inside one machine cannot reach the engine on the other node
+        placement.check_weight_sync("cpu_bytes", 1)
+        with pytest.raises(PlacementError, match=r"shm passes the weights within one node"):
+            placement.check_weight_sync("shm", 1)
         placement.remove()
     finally:
         ray.shutdown()
