@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Callable
 
 from rewards.argtypes import (
+    add_listen_arguments,
     add_reward_server_arguments,
     int_at_least,
     non_negative_float,
-    port,
     port_or_off,
     positive_float,
 )
@@ -148,15 +147,7 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "run_dir", help="a run directory, e.g. runs/demo/rl (or runs/demo: the demo's RL stage)"
     )
-    p.add_argument(
-        "--host", default="127.0.0.1", help="interface to listen on (default %(default)s)"
-    )
-    p.add_argument("--port", type=port, default=8266, help="default %(default)s")
-    p.add_argument(
-        "--token",
-        default=os.environ.get("RLCS_DASHBOARD_TOKEN"),
-        help="require this token (default: $RLCS_DASHBOARD_TOKEN; none means no auth)",
-    )
+    add_listen_arguments(p, 8266, "RLCS_DASHBOARD_TOKEN")
 
 
 _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {

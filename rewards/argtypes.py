@@ -16,17 +16,22 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BATCH = 4096
 
 
-def add_reward_server_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``rlcs serve-rewards`` and ``python -m rewards.server``."""
+def add_listen_arguments(p: argparse.ArgumentParser, port_default: int, token_env: str) -> None:
+    """``--host``, ``--port`` and ``--token`` of a server; the token defaults to ``$token_env``."""
     p.add_argument(
         "--host", default="127.0.0.1", help="interface to listen on (default %(default)s)"
     )
-    p.add_argument("--port", type=port, default=8000, help="default %(default)s")
+    p.add_argument("--port", type=port, default=port_default, help="default %(default)s")
     p.add_argument(
         "--token",
-        default=os.environ.get("RLCS_REWARD_TOKEN"),
-        help="require this bearer token (default: $RLCS_REWARD_TOKEN; none means no auth)",
+        default=os.environ.get(token_env),
+        help=f"require this token (default: ${token_env}; none means no auth)",
     )
+
+
+def add_reward_server_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rlcs serve-rewards`` and ``python -m rewards.server``."""
+    add_listen_arguments(p, 8000, "RLCS_REWARD_TOKEN")
     p.add_argument(
         "--workers", type=int_at_least(1), default=None, help="verifier processes (default: cores)"
     )
