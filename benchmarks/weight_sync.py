@@ -8,7 +8,11 @@ comparison). After the last push of the large model, the engine's greedy tokens 
 with transformers' greedy tokens on the learner's weights.
 
     python benchmarks/weight_sync.py [--transport shm|cpu_bytes] [--bucket-mb 256] [--repeats 3]
-        [--cpu-allocator tcmalloc|system] [--fresh-buffers] [--skip-tiny]
+        [--cpu-allocator tcmalloc|system] [--fresh-buffers] [--skip-tiny] [--two-nodes]
+
+``--two-nodes`` puts the engine on a second Ray node (a second raylet on this machine, with an
+object store of its own), so every push crosses between the nodes' object stores as it does
+between hosts; only ``cpu_bytes`` crosses nodes.
 
 Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the large model
 (median push over ``--repeats``, after one warm-up push).
@@ -107,22 +111,61 @@ def main() -> None:
         action="store_true",
         help="shm: write new /dev/shm files every push instead of reusing them",
     )
+    ap.add_argument(
+        "--two-nodes",
+        action="store_true",
+        help="run the engine on a second Ray node (cpu_bytes only)",
+    )
     args = ap.parse_args()
+    if args.two_nodes and args.transport != "cpu_bytes":
+        ap.error("--two-nodes needs --transport cpu_bytes: shm hands weights over within a node")
 
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    cluster = None
+    if args.two_nodes:
+        from ray.cluster_utils import Cluster
+
+        store = 2 * 1024**3
+        cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": store}
+        )
+        cluster.add_node(num_cpus=2, resources={ENGINE_NODE: 1}, object_store_memory=store)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     tmp = Path(tempfile.mkdtemp(prefix="rlcs-bench-sync-"))
     try:
         run(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the large model is half a GB
+        if cluster is not None:
+            ray.shutdown()
+            cluster.shutdown()
+
+
+#: the custom resource of the engine's node under ``--two-nodes``
+ENGINE_NODE = "rlcs_bench_engine_node"
+
+
+def start_worker(model: Path, cfg: dict, two_nodes: bool):
+    """A rollout worker for ``model``; under ``--two-nodes``, on the other node than this one."""
+    import ray
+
+    from actors.rollout import RolloutWorker
+
+    opts = {"resources": {ENGINE_NODE: 0.01}} if two_nodes else {}
+    w = RolloutWorker.options(**opts).remote(str(model), cfg)
+    node = ray.get(w.info.remote())["node"]
+    if two_nodes and node == ray.get_runtime_context().get_node_id():
+        raise RuntimeError("the engine landed on the learner's node")
+    return w
 
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
     import ray
 
-    from actors.rollout import RolloutWorker
     from rlcs.models import build_tiny_text_model, build_tiny_vlm
 
     vllm_cfg = dict(
@@ -134,30 +177,29 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         cpu_allocator=args.cpu_allocator,
     )
     extra = {"keep_buffers": not args.fresh_buffers} if args.transport == "shm" else {}
+    where = "/across nodes" if args.two_nodes else ""
     if not args.skip_tiny:
         text = build_tiny_text_model(tmp / "text")
-        w = RolloutWorker.remote(str(text), vllm_cfg)
-        ray.get(w.ready.remote())
+        w = start_worker(text, vllm_cfg, args.two_nodes)
         m = trained(text)
-        show(f"tiny-text->vllm/{args.transport}", sum(p.numel() for p in m.parameters()),
+        show(f"tiny-text->vllm/{args.transport}{where}", sum(p.numel() for p in m.parameters()),
              *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
         ray.kill(w)
         vlm = build_tiny_vlm(tmp / "vlm")
-        w = RolloutWorker.remote(str(vlm), dict(vllm_cfg, engine="hf"))
-        ray.get(w.ready.remote())
+        w = start_worker(vlm, dict(vllm_cfg, engine="hf"), args.two_nodes)
         m = trained(vlm, "Glm4vForConditionalGeneration")
-        show(f"tiny-vlm->hf/{args.transport}", sum(p.numel() for p in m.parameters()),
+        show(f"tiny-vlm->hf/{args.transport}{where}", sum(p.numel() for p in m.parameters()),
              *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
         ray.kill(w)
 
     large = build_large(tmp / "large")
-    # On CPU this is the share of RAM for weights + KV cache; the large model needs more.
-    w = RolloutWorker.remote(str(large), dict(vllm_cfg, gpu_memory_utilization=0.12))
-    ray.get(w.ready.remote())
+    # A KV cache of a fixed size: a share of the NUMA node (gpu_memory_utilization) is too small
+    # for the large model on a machine whose node holds half of its memory
+    w = start_worker(large, dict(vllm_cfg, kv_cache_gib=0.5), args.two_nodes)
     m = trained(large)
     params = sum(p.numel() for p in m.parameters())
     warm, reports = time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra)
-    secs = show(f"llama-{params / 1e6:.0f}M->vllm/{args.transport}", params, warm, reports)
+    secs = show(f"llama-{params / 1e6:.0f}M->vllm/{args.transport}{where}", params, warm, reports)
 
     from rlcs.tokenizer import build_tokenizer, stop_token_ids
 

@@ -233,6 +233,7 @@ class RolloutWorkerImpl:
             "model": self.model_path,
             "pid": os.getpid(),
             "index": self.worker_index,
+            "node": ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
         }
 
     def ready(self) -> bool:
