@@ -69,34 +69,22 @@ STAGES = ("data", "pretrain", "sft", "rl")
 #: Parts of the config that pretraining and SFT never read: only the RL stage starts rollout
 #: engines, reward actors and the sampler, and runs GRPO. An edit to them leaves the demo's
 #: earlier stages kept on ``--resume``.
-RL_ONLY = {
-    "rollout": True,
-    "reward": True,
-    "curriculum": True,
-    "learner": {"grpo"},
-    "data": {"domain_weights", "rewrite_multiple_choice"},
-    "run": {
-        "iterations",
-        "prompts_per_iteration",
-        "samples_per_iteration",
-        "eval_every",
-        "eval_samples",
-    },
-}
+RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weights",
+           "data.rewrite_multiple_choice", "run.iterations", "run.prompts_per_iteration",
+           "run.samples_per_iteration", "run.eval_every", "run.eval_samples")  # fmt: skip
 
 
 def stage_settings(cfg: Config) -> dict:
     """What a demo stage's result depends on: its whole resolved config, less the parts that
     only RL reads when the stage is pretraining or SFT."""
     out = cfg.model_dump(mode="json")
-    if cfg.stage == "rl":
-        return out
-    for section, fields in RL_ONLY.items():
-        if fields is True:
-            out.pop(section)
-        else:
-            for f in fields:
-                out[section].pop(f)
+    if cfg.stage != "rl":
+        for path in RL_ONLY:
+            *parents, key = path.split(".")
+            section = out
+            for name in parents:
+                section = section[name]
+            del section[key]
     return out
 
 

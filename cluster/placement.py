@@ -129,10 +129,15 @@ class Placement:
     plan: ResourcePlan
     colocate: bool
 
+    def _group_of(self, role: str) -> str:
+        """The role whose placement group holds ``role``'s bundles (colocated engines share the
+        learner's)."""
+        return "learner" if (self.colocate and role == "rollout") else role
+
     def options(self, role: str, index: int) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        pg_role = "learner" if (self.colocate and role == "rollout") else role
+        pg_role = self._group_of(role)
         bundle = self.plan.bundles[pg_role][index]
         share = 0.5 if self.colocate and role in ("learner", "rollout") else 1.0
         cfg_cpu = bundle.get("CPU", 0.0) * share
@@ -157,8 +162,7 @@ class Placement:
         """The Ray node id that actor ``index`` of ``role`` runs on."""
         from ray.util.placement_group import placement_group_table
 
-        pg_role = "learner" if (self.colocate and role == "rollout") else role
-        return placement_group_table(self.groups[pg_role])["bundles_to_node_id"][index]
+        return placement_group_table(self.groups[self._group_of(role)])["bundles_to_node_id"][index]
 
     def check_weight_sync(self, kind: str, engines: int) -> None:
         """``shm`` and ``cuda_ipc`` hand the weights over inside one machine: every rollout
