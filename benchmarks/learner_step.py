@@ -11,7 +11,10 @@ far less than wall-clock time.
 
 Also prints tokens/s for each stage (pretrain, SFT, RL incl. the old-logprob pass).
 
-    python benchmarks/learner_step.py [--steps 5] [--stages 0,1,2]
+    python benchmarks/learner_step.py [--steps 5] [--stages 0,1,2] [--device cpu|cuda]
+
+``--device cuda`` runs both sides on GPU 0 in bf16 (ours: DeepSpeed's bf16 mode over NCCL; the
+bare loop: the model cast to bf16), with the GPU synchronised before each clock is read.
 """
 
 from __future__ import annotations
@@ -42,26 +45,41 @@ def documents(n: int, length: int, seed: int) -> list[list[int]]:
     return [[rng.randint(3, 250) for _ in range(length)] for _ in range(n)]
 
 
-def config(model_dir: Path, zero: int, seq_len: int, micro: int):
+def config(model_dir: Path, zero: int, seq_len: int, micro: int, device: str = "cpu"):
     from rlcs.config import Config
 
+    precision = "bf16" if device == "cuda" else "fp32"
     return Config.model_validate(
         {
             "stage": "pretrain",
             "model": {"path": str(model_dir)},
-            "learner": {"zero_stage": zero, "lr": 1e-4, "micro_batch": micro, "grad_clip": 1.0},
+            "learner": {
+                "zero_stage": zero,
+                "lr": 1e-4,
+                "micro_batch": micro,
+                "grad_clip": 1.0,
+                "precision": precision,
+            },  # fmt: skip
             "data": {"seq_len": seq_len},
+            "cluster": {"device": device},
         }
     )
+
+
+def sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 class BareLoop:
     """The reference: plain HF model, torch AdamW, same inputs, same loss, same clipping."""
 
-    def __init__(self, model_dir: Path, lr: float, clip: float):
+    def __init__(self, model_dir: Path, lr: float, clip: float, device: str = "cpu"):
         from actors.learner_model import load_hf_model
 
-        self.model = load_hf_model(model_dir)
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        self.model = load_hf_model(model_dir, dtype=dtype).to(device)
+        self.device = device
         self.model.config.use_cache = False
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
         self.clip = clip
@@ -69,8 +87,10 @@ class BareLoop:
     def step(self, micro_batches: list[dict]) -> float:
         from rlcs.grpo import token_logprobs
 
+        sync()
         t0 = time.perf_counter()
         for b in micro_batches:
+            b = {k: v.to(self.device) for k, v in b.items()}
             logits = self.model(
                 input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False
             ).logits
@@ -79,6 +99,7 @@ class BareLoop:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        sync()
         return time.perf_counter() - t0
 
 
@@ -137,7 +158,10 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=8)
     ap.add_argument("--doc-len", type=int, default=128)
     ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA GPU is visible")
 
     from actors.learner import Learner
     from rlcs.models import build_tiny_text_model, count_parameters
@@ -149,17 +173,20 @@ def main() -> None:
     results = []
     throughput = None
     for zero in [int(z) for z in args.stages.split(",")]:
-        cfg = config(model_dir, zero, args.seq_len, micro=max(1, tokens // args.seq_len))
+        micro = max(1, tokens // args.seq_len)
+        cfg = config(model_dir, zero, args.seq_len, micro, args.device)
         learner = Learner.local(cfg, model_dir)
-        bare = BareLoop(model_dir, cfg.learner.lr, cfg.learner.grad_clip)
+        bare = BareLoop(model_dir, cfg.learner.lr, cfg.learner.grad_clip, args.device)
         params = count_parameters(bare.model)
         inputs = bare_inputs(learner, docs)
         learner.train_step("pretrain", docs)  # warm-up both
         bare.step(inputs)
         ours, ref, ours_cpu, ref_cpu = [], [], [], []
         for _ in range(args.steps):
+            sync()
             t0, c0 = time.perf_counter(), time.process_time()
             learner.train_step("pretrain", docs)
+            sync()
             ours.append(time.perf_counter() - t0)
             ours_cpu.append(time.process_time() - c0)
             c0 = time.process_time()
@@ -179,7 +206,9 @@ def main() -> None:
         del learner, bare
     if throughput:
         print("tokens_per_s " + " ".join(f"{k}={v:.0f}" for k, v in throughput.items()))
-    print(f"batch tokens={tokens} seq_len={args.seq_len} threads={torch.get_num_threads()}")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"batch tokens={tokens} seq_len={args.seq_len} threads={torch.get_num_threads()} "
+          f"device={where}")  # fmt: skip
     for params, o, b, zero in results:
         print(
             f"RESULT params={params} ours_step_s={o:.4f} bare_step_s={b:.4f} ratio={o / b:.3f} zero_stage={zero}"

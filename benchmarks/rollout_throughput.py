@@ -118,7 +118,9 @@ def main() -> None:
     model = args.model or str(build_tiny_text_model(Path(tempfile.mkdtemp()) / "tiny"))
     tokenizer = AutoTokenizer.from_pretrained(model)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 2 else 0
+    # a GPU each where there are two; where there is one, both engines share it (5% each)
+    have = ray.cluster_resources().get("GPU", 0)
+    gpus = 1 if have >= 2 else 0.5 if have >= 1 else 0
     base = dict(engine="vllm", n=args.n, temperature=1.0, top_p=1.0, seed=0,
                 gpu_memory_utilization=args.gpu_memory_utilization)  # fmt: skip
     single = dict(base, nothink=True, max_answer_tokens=args.tokens, max_think_tokens=args.tokens)

@@ -1,4 +1,4 @@
-"""Weight sync, learner to live engine, on CPU: seconds and effective GB/s per push.
+"""Weight sync, learner to live engine: seconds and effective GB/s per push.
 
 Models: the tiny text LM (into vLLM), the tiny GLM-4.1V VLM (into the HF engine: vLLM CPU
 cannot serve it here), and a >=100M-parameter Llama built from config (into vLLM). For each,
@@ -7,12 +7,18 @@ is timed end to end (bucketing, transfer, load into the live engine, per-tensor 
 comparison). After the last push of the large model, the engine's greedy tokens are compared
 with transformers' greedy tokens on the learner's weights.
 
-    python benchmarks/weight_sync.py [--transport shm|cpu_bytes] [--bucket-mb 256] [--repeats 3]
+    python benchmarks/weight_sync.py [--transport shm|cpu_bytes|cuda_ipc|nccl] [--bucket-mb 256]
+        [--repeats 3]
         [--cpu-allocator tcmalloc|system] [--fresh-buffers] [--skip-tiny] [--two-nodes]
 
 ``--two-nodes`` puts the engine on a second Ray node (a second raylet on this machine, with an
 object store of its own), so every push crosses between the nodes' object stores as it does
 between hosts; only ``cpu_bytes`` crosses nodes.
+
+``cuda_ipc`` and ``nccl`` need a GPU: the learner's copy lives on GPU 0 of this process and the
+engines run vLLM's CUDA build. ``cuda_ipc`` shares that GPU with the engine (the colocated
+layout); ``nccl`` puts the engine on a GPU of its own, so it needs two. The HF engine takes no
+NCCL broadcast, so ``nccl`` skips the tiny VLM.
 
 Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the large model
 (median push over ``--repeats``, after one warm-up push).
@@ -96,7 +102,7 @@ def show(label: str, params: int, warm, reports) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--transport", default="shm", choices=["shm", "cpu_bytes"])
+    ap.add_argument("--transport", default="shm", choices=["shm", "cpu_bytes", *GPU_TRANSPORTS])
     ap.add_argument("--bucket-mb", type=float, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-tiny", action="store_true")
@@ -119,6 +125,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.two_nodes and args.transport != "cpu_bytes":
         ap.error("--two-nodes needs --transport cpu_bytes: shm hands weights over within a node")
+    if args.transport in GPU_TRANSPORTS and not torch.cuda.is_available():
+        ap.error(f"--transport {args.transport} needs a CUDA GPU; none is visible")
+    if args.transport == "nccl" and torch.cuda.device_count() < 2:
+        ap.error("--transport nccl needs two GPUs: NCCL refuses two ranks on one GPU")
 
     import ray
 
@@ -134,7 +144,11 @@ def main() -> None:
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
     else:
-        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+        gpus = {}
+        if args.transport == "nccl":  # Ray lends GPUs 0..n-2 to engines; the learner takes the last
+            gpus = {"num_gpus": torch.cuda.device_count() - 1}
+            torch.cuda.set_device(torch.cuda.device_count() - 1)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, **gpus)
     tmp = Path(tempfile.mkdtemp(prefix="rlcs-bench-sync-"))
     try:
         run(args, tmp)
@@ -147,15 +161,23 @@ def main() -> None:
 
 #: the custom resource of the engine's node under ``--two-nodes``
 ENGINE_NODE = "rlcs_bench_engine_node"
+#: transports whose learner side is a CUDA tensor
+GPU_TRANSPORTS = ("cuda_ipc", "nccl")
 
 
-def start_worker(model: Path, cfg: dict, two_nodes: bool):
-    """A rollout worker for ``model``; under ``--two-nodes``, on the other node than this one."""
+def start_worker(model: Path, cfg: dict, two_nodes: bool, transport: str = "shm"):
+    """A rollout worker for ``model``; under ``--two-nodes``, on the other node than this one.
+    On GPU: for ``nccl`` a GPU of its own (this process's learner holds GPU 0, so the engine's
+    must be another one), for ``cuda_ipc`` a share of the learner's GPU."""
     import ray
 
     from actors.rollout import RolloutWorker
 
-    opts = {"resources": {ENGINE_NODE: 0.01}} if two_nodes else {}
+    opts: dict = {"resources": {ENGINE_NODE: 0.01}} if two_nodes else {}
+    if transport == "cuda_ipc":
+        opts["num_gpus"] = 0.5
+    elif transport == "nccl":
+        opts["num_gpus"] = 1
     w = RolloutWorker.options(**opts).remote(str(model), cfg)
     node = ray.get(w.info.remote())["node"]
     if two_nodes and node == ray.get_runtime_context().get_node_id():
@@ -178,25 +200,28 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     )
     extra = {"keep_buffers": not args.fresh_buffers} if args.transport == "shm" else {}
     where = "/across nodes" if args.two_nodes else ""
+    gpu = args.transport in GPU_TRANSPORTS
+    device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     if not args.skip_tiny:
         text = build_tiny_text_model(tmp / "text")
-        w = start_worker(text, vllm_cfg, args.two_nodes)
-        m = trained(text)
+        w = start_worker(text, vllm_cfg, args.two_nodes, args.transport)
+        m = trained(text).to(device)
         show(f"tiny-text->vllm/{args.transport}{where}", sum(p.numel() for p in m.parameters()),
              *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
         ray.kill(w)
-        vlm = build_tiny_vlm(tmp / "vlm")
-        w = start_worker(vlm, dict(vllm_cfg, engine="hf"), args.two_nodes)
-        m = trained(vlm, "Glm4vForConditionalGeneration")
-        show(f"tiny-vlm->hf/{args.transport}{where}", sum(p.numel() for p in m.parameters()),
-             *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
-        ray.kill(w)
+        if args.transport != "nccl":
+            vlm = build_tiny_vlm(tmp / "vlm")
+            w = start_worker(vlm, dict(vllm_cfg, engine="hf"), args.two_nodes, args.transport)
+            m = trained(vlm, "Glm4vForConditionalGeneration").to(device)
+            show(f"tiny-vlm->hf/{args.transport}{where}", sum(p.numel() for p in m.parameters()),
+                 *time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra))  # fmt: skip
+            ray.kill(w)
 
     large = build_large(tmp / "large")
     # A KV cache of a fixed size: a share of the NUMA node (gpu_memory_utilization) is too small
     # for the large model on a machine whose node holds half of its memory
-    w = start_worker(large, dict(vllm_cfg, kv_cache_gib=0.5), args.two_nodes)
-    m = trained(large)
+    w = start_worker(large, dict(vllm_cfg, kv_cache_gib=0.5), args.two_nodes, args.transport)
+    m = trained(large).to(device)
     params = sum(p.numel() for p in m.parameters())
     warm, reports = time_pushes(w, m, args.transport, args.bucket_mb, args.repeats, **extra)
     secs = show(f"llama-{params / 1e6:.0f}M->vllm/{args.transport}{where}", params, warm, reports)
@@ -205,7 +230,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
 
     items = [{"id": "g", "domain": "math", "prompt": "Count to ten."}]
     traj = ray.get(w.generate.remote(items, step=0, temperature=0.0))[0]
-    ids = torch.tensor([traj.prompt_token_ids])
+    ids = torch.tensor([traj.prompt_token_ids], device=device)
     with torch.no_grad():
         out = m.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
                          eos_token_id=stop_token_ids(build_tokenizer()), pad_token_id=0)  # fmt: skip

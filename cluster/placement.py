@@ -57,6 +57,11 @@ def plan_resources(cfg: Config) -> ResourcePlan:
             )
         if rg != lg:
             problems.append(f"colocate needs equal GPUs per learner rank and engine ({lg} != {rg})")
+        if c.weight_sync == "nccl" and c.device == "cuda" and lg < 2:
+            problems.append(
+                "colocate with one GPU per bundle puts learner rank i and engine i on the same "
+                "GPU, and NCCL cannot hold two ranks on one GPU: use weight_sync: cuda_ipc"
+            )
         shared = {"CPU": c.learner_cpus_per_rank + c.rollout_cpus_per_worker, **_gpu(lg)}
         learner = [{**shared, **extra["learner"], **extra["rollout"]} for _ in range(ranks)]
         rollout: list[dict[str, float]] = []

@@ -237,6 +237,12 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return merged
 
+    def gpu_uuids(self) -> list[str]:
+        """The GPU of each engine rank (tensor-parallel ranks in order); none on CPU."""
+        if not torch.cuda.is_available():
+            return []
+        return list(self.llm.collective_rpc("rlcs_gpu_uuid"))
+
     def init_weight_group(self, kind: str, address: str, port: int, rank_offset: int, world: int):
         self.llm.collective_rpc(
             "rlcs_init_weight_group", args=(kind, address, port, rank_offset, world)

@@ -219,6 +219,16 @@ class RolloutWorkerImpl:
             raise ValueError(f"the {self.cfg.engine} engine cannot join a {kind} group")
         self.engine.init_weight_group(kind, address, port, rank_offset, world)
 
+    def nccl_gpus(self) -> list[str]:
+        """The GPUs (device UUIDs) whose ranks this engine would put into an NCCL weight group;
+        raises for an engine that cannot join one."""
+        if not hasattr(self.engine, "init_weight_group"):
+            raise ValueError(f"the {self.cfg.engine} engine cannot receive weights over nccl")
+        uuids = self.engine.gpu_uuids()
+        if not uuids:
+            raise ValueError("nccl needs a CUDA engine; this engine has no GPU")
+        return uuids
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def sleep(self) -> None:

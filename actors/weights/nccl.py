@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from actors.weights.base import WeightTransport
+from actors.weights.base import WeightSyncError, WeightTransport
 from actors.weights.cuda_ipc import pack
 
 KIND = "nccl"
@@ -51,6 +51,7 @@ class NcclTransport(WeightTransport):
             from vllm.utils.network_utils import get_open_port
 
             port = get_open_port()
+        self._check_own_gpus()
         per = self.engine_ranks_per_worker
         world = 1 + per * len(self.workers)
         joins = [
@@ -63,6 +64,21 @@ class NcclTransport(WeightTransport):
         self.comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
         ray.get(joins, timeout=self.timeout_s)
 
+    def _check_own_gpus(self) -> None:
+        """Refuse, before any rank joins, engines on the learner's own GPU: NCCL cannot hold
+        two ranks of one group on one GPU, and the group's creation would hang instead of
+        failing."""
+        refs = [w.nccl_gpus.remote() for w in self.workers]
+        engines = self._wait(refs, "name its GPUs for the NCCL group")
+        mine = gpu_uuid()
+        shared = shared_gpu_workers(mine, engines)
+        if shared:
+            raise WeightSyncError(
+                f"nccl: rollout worker(s) {shared} run on the learner's own GPU ({mine}), and "
+                f"NCCL cannot hold two ranks on one GPU. Give the engines GPUs of their own, "
+                f"or share the GPU with weight_sync: cuda_ipc."
+            )
+
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:
         buf, entries = pack(bucket)
         meta = {"size": buf.numel(), "entries": entries}
@@ -70,6 +86,18 @@ class NcclTransport(WeightTransport):
         self.comm.broadcast(buf, src=0, stream=torch.cuda.current_stream())
         torch.cuda.synchronize()
         return refs
+
+
+def gpu_uuid(device: int | None = None) -> str:
+    """The UUID of a CUDA device of this process (this process's current one by default): the
+    same string in every process that sees that GPU, whatever its index there."""
+    index = torch.cuda.current_device() if device is None else device
+    return str(torch.cuda.get_device_properties(index).uuid)
+
+
+def shared_gpu_workers(learner: str, engines: list[list[str]]) -> list[int]:
+    """Indices of the workers one of whose engine ranks is on the learner's GPU."""
+    return [i for i, uuids in enumerate(engines) if learner in uuids]
 
 
 def join_group(master_address: str, master_port: int, rank: int, world_size: int):

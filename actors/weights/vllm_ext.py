@@ -63,6 +63,12 @@ class WeightSyncExtension:
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._rlcs_comm = join_group(address, port, rank, world_size)
 
+    def rlcs_gpu_uuid(self) -> str:
+        """The UUID of this engine rank's GPU (checked before an NCCL group is joined)."""
+        from actors.weights.nccl import gpu_uuid
+
+        return gpu_uuid()
+
     def rlcs_commit_weights(self, version: str) -> dict[str, Any]:
         """Load every staged tensor at once; return per-tensor checksums and uncovered params.
 

@@ -198,9 +198,20 @@ def test_partial_or_misnamed_push_fails(ray_local, hf_workers, tied_model):
 # --- GPU transports (skipped without CUDA) ---------------------------------------------------
 
 
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["nccl", "cuda_ipc"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        # NCCL refuses two ranks on one GPU: the learner and the engine each need their own
+        pytest.param("nccl", marks=pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")),
+        "cuda_ipc",
+    ],
+)
 def test_gpu_transport_into_vllm(ray_local, tiny_text_model, kind, tmp_path):
     """After a GPU push, vLLM's greedy tokens equal transformers' with the learner's weights."""
     from transformers import AutoTokenizer
@@ -247,6 +258,23 @@ def test_vllm_sleep_and_wake_between_iterations(ray_local, tiny_text_model):
         assert again[0].token_ids == first[0].token_ids, "wakes up with the same weights"
     finally:
         ray_local.kill(w)
+
+
+def test_nccl_refuses_engines_on_the_learners_gpu_before_joining():
+    """NCCL cannot hold two ranks on one GPU, and creating such a group hangs; the transport
+    checks the engines' GPUs first."""
+    from actors.weights.nccl import shared_gpu_workers
+
+    assert shared_gpu_workers("GPU-a", [["GPU-b"], ["GPU-c", "GPU-a"], []]) == [1]
+    assert shared_gpu_workers("GPU-a", [["GPU-b", "GPU-c"]]) == []
+
+
+def test_nccl_names_a_worker_whose_engine_cannot_join(ray_local, hf_workers):
+    from actors.weights import make_transport
+
+    tp = make_transport("nccl", hf_workers, bucket_mb=1)
+    with pytest.raises(WeightSyncError, match="hf engine cannot receive weights over nccl"):
+        tp._check_own_gpus()
 
 
 def test_push_to_a_dead_worker_names_it(ray_local, hf_workers, tied_model):

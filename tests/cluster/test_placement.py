@@ -58,6 +58,16 @@ def test_colocated_roles_share_bundles():
     assert plan.gpus_needed == 8 and plan.bundles["rollout"] == []
     bad = c.model_copy(update={"rollout": c.rollout.model_copy(update={"num_workers": 4})})
     assert any("one rollout engine per learner rank" in p for p in plan_resources(bad).problems)
+    # a learner and its engine on one GPU cannot both be NCCL ranks
+    nccl = c.model_copy(update={"cluster": c.cluster.model_copy(update={"weight_sync": "nccl"})})
+    (problem,) = plan_resources(nccl).problems
+    assert "same GPU" in problem and "cuda_ipc" in problem
+    two = nccl.cluster.model_copy(
+        update={"learner_gpus_per_rank": 2, "rollout_gpus_per_worker": 2, "gpus_per_node": 16}
+    )
+    rollout = nccl.rollout.model_copy(update={"tensor_parallel_size": 2})
+    two_each = nccl.model_copy(update={"cluster": two, "rollout": rollout})
+    assert plan_resources(two_each).problems == []
 
 
 def test_a_role_with_no_resources_is_reported():
