@@ -260,7 +260,7 @@ def test_vllm_sleep_and_wake_between_iterations(ray_local, tiny_text_model):
         ray_local.kill(w)
 
 
-def test_nccl_refuses_engines_on_the_learners_gpu_before_joining():
+def test_shared_gpu_workers_finds_engines_on_the_learners_gpu():
     """NCCL cannot hold two ranks on one GPU, and creating such a group hangs; the transport
     checks the engines' GPUs first."""
     from actors.weights.nccl import shared_gpu_workers
