@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from actors.rollout.engine import GenRequest, GenResult
-from actors.weights.base import tensor_checksum
 from actors.weights.receiver import StagedWeights
 from rlcs.prompts import BudgetRule
 
@@ -187,7 +186,7 @@ class HFEngine:
         readback = 0
         for name in state:
             if name not in checksums:
-                checksums[name] = tensor_checksum(live[name])
+                checksums[name] = staged.checksum(live[name])
                 readback += 1
         missing = sorted(set(params) - set(state))
         staged.clear()

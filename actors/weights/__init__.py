@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.weights.base import SyncReport, WeightSyncError, WeightTransport, tensor_checksum
+from actors.weights.base import SyncReport, WeightSyncError, WeightTransport
+from actors.weights.checksum import tensor_checksum
 
 KINDS = ("cpu_bytes", "shm", "nccl", "cuda_ipc")
 

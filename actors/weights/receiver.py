@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from actors.weights.base import tensor_checksum
+from actors.weights.checksum import for_transport, tensor_checksum
 
 
 def decode(kind: str, payload: Any) -> tuple[list[tuple[str, torch.Tensor]], Any]:
@@ -34,7 +34,8 @@ class StagedWeights:
     Checksums are taken when a bucket arrives, so they overlap with the learner preparing the
     next one, except for tensors the engine can read back from its live parameters after the
     load (``readable``): those are checksummed from the engine itself, which proves more.
-    ``consume`` feeds the engine's loader and records what it actually took.
+    ``consume`` feeds the engine's loader and records what it actually took. Every checksum of a
+    push uses its transport's algorithm (``algorithm``), as the learner's do.
     """
 
     def __init__(self, readable: Callable[[str, torch.Tensor], bool] | None = None) -> None:
@@ -45,24 +46,26 @@ class StagedWeights:
         self.checksums: dict[str, str] = {}
         self.consumed: set[str] = set()
         self.checksum_seconds = 0.0
+        self.algorithm = "xxh3"
 
-    def _start(self, version: str) -> None:
+    def _start(self, version: str, kind: str) -> None:
         if self.version != version:
             self.clear()
             self.version = version
+            self.algorithm = for_transport(kind)
 
     def stage(self, kind: str, payload: Any, version: str) -> int:
         tensors, keep = decode(kind, payload)
         self._keepalive.append(keep)
-        self.add(tensors, version)
+        self.add(tensors, version, kind)
         return len(tensors)
 
-    def add(self, tensors: list[tuple[str, torch.Tensor]], version: str) -> None:
-        self._start(version)
+    def add(self, tensors: list[tuple[str, torch.Tensor]], version: str, kind: str) -> None:
+        self._start(version, kind)
         t0 = time.perf_counter()
         for name, t in tensors:
             if not self.readable(name, t):
-                self.checksums[name] = tensor_checksum(t)
+                self.checksums[name] = tensor_checksum(t, self.algorithm)
         self.checksum_seconds += time.perf_counter() - t0
         self._tensors.extend(tensors)
 
@@ -78,6 +81,10 @@ class StagedWeights:
 
     def names(self) -> list[str]:
         return [n for n, _ in self._tensors]
+
+    def checksum(self, t: torch.Tensor) -> str:
+        """A live parameter's checksum after the load, with this push's algorithm."""
+        return tensor_checksum(t, self.algorithm)
 
     def clear(self) -> None:
         self._tensors.clear()

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from actors.weights.base import tensor_checksum
+from actors.weights.checksum import tensor_checksum
 from actors.weights.receiver import StagedWeights
 
 
@@ -50,7 +50,7 @@ class WeightSyncExtension:
             from actors.weights.nccl import receive
 
             tensors = receive(self._rlcs_comm, payload)
-            staged.add(tensors, version)
+            staged.add(tensors, version, kind)
             return len(tensors)
         return staged.stage(kind, payload, version)
 
@@ -103,7 +103,7 @@ class WeightSyncExtension:
         readback = 0
         for name in staged.names():
             if name not in checksums and name in live:
-                checksums[name] = tensor_checksum(live[name].data)
+                checksums[name] = staged.checksum(live[name].data)
                 readback += 1
         missing = sorted(set(live) - loaded) if loaded else []
         timings = {
@@ -119,8 +119,7 @@ class WeightSyncExtension:
             "timings": timings,
         }
 
-    def rlcs_param_checksums(self) -> dict[str, str]:
+    def rlcs_param_checksums(self, algorithm: str = "xxh3") -> dict[str, str]:
         """Checksums of the live parameters, by vLLM name (for tests and debugging)."""
-        return {
-            n: tensor_checksum(p.data) for n, p in self.model_runner.get_model().named_parameters()
-        }
+        model = self.model_runner.get_model()
+        return {n: tensor_checksum(p.data, algorithm) for n, p in model.named_parameters()}

@@ -1,4 +1,4 @@
-"""Weight sync: bucketing, checksums and tied weights (no Ray), then real pushes into HF
+"""Weight sync: bucketing, checksum comparison and tied weights (no Ray), then real pushes into HF
 engines in Ray actors, including the failures a learner must hear about."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from actors.weights.base import (
     compare_checksums,
     dedupe_tied,
     iter_buckets,
-    tensor_checksum,
 )
 
 
@@ -24,17 +23,6 @@ def test_buckets_respect_size_and_keep_order():
     assert [n for b in buckets for n, _ in b] == [f"t{i}" for i in range(10)]
     big = list(iter_buckets([("a", torch.zeros(10)), ("huge", torch.zeros(4096))], 1024))
     assert [[n for n, _ in b] for b in big] == [["a"], ["huge"]]
-
-
-def test_checksum_sees_one_bit_dtype_and_shape():
-    t = torch.randn(64, 32)
-    flipped = t.clone()
-    flipped.view(torch.int32)[5, 7] ^= 1
-    assert tensor_checksum(t) == tensor_checksum(t.clone())
-    assert tensor_checksum(t) != tensor_checksum(flipped)
-    assert tensor_checksum(t) != tensor_checksum(t.reshape(32, 64))
-    assert tensor_checksum(t.to(torch.bfloat16)) != tensor_checksum(t)
-    assert tensor_checksum(t.t()) == tensor_checksum(t.t().contiguous())
 
 
 def test_tied_embeddings_are_sent_once(tmp_path):
