@@ -9,6 +9,9 @@ from rlcs.tasks.base import Example, TaskGenerator, add_noise, draw_cells
 
 WORDS = ["CAT", "SUN", "MAP", "RED", "BOX", "KEY", "TOP", "AIR", "NET", "CUP", "ZIP", "FOG"]
 CODE_CHARS = string.ascii_uppercase + string.digits
+# Codes replace words gradually: none at or below CODES_FROM, all from CODES_ALL, a linear mix
+# between, so the difficulty knob has no cliff (a code is far harder than a word to read)
+CODES_FROM, CODES_ALL = 0.3, 0.6
 
 
 class OcrTask(TaskGenerator):
@@ -18,7 +21,11 @@ class OcrTask(TaskGenerator):
         self.size = size
 
     def sample(self, rng: random.Random, difficulty: float) -> Example:
-        word = difficulty < 0.4
+        # no random draw at or below CODES_FROM: the word-only range's items stay the same
+        word = difficulty <= CODES_FROM or (
+            difficulty < CODES_ALL
+            and rng.random() >= (difficulty - CODES_FROM) / (CODES_ALL - CODES_FROM)
+        )
         if word:
             text = rng.choice(WORDS)
         else:

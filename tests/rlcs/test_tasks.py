@@ -119,6 +119,29 @@ def test_text_only_data_for_text_models(tmp_path):
         )
 
 
+def test_ocr_turns_words_into_codes_gradually():
+    import random
+
+    from rlcs.tasks.ocr import OcrTask
+
+    task = OcrTask()
+
+    def code_share(difficulty: float) -> float:
+        rng = random.Random(3)
+        kinds = [task.sample(rng, difficulty).meta["subcategory"] for _ in range(200)]
+        return kinds.count("code") / len(kinds)
+
+    shares = [code_share(d) for d in (0.2, 0.3, 0.375, 0.45, 0.525, 0.6, 0.9)]
+    assert shares[:2] == [0.0, 0.0] and shares[-2:] == [1.0, 1.0]
+    assert 0.1 < shares[2] < shares[3] < shares[4] < 0.9, shares
+    # the word-only range draws as it did before the mix: the demo's data is unchanged
+    rng = random.Random(7)
+    assert [task.sample(rng, d).answer for d in (0.0, 0.1, 0.25, 0.3)] == [
+        "KEY", "NET", "SUN", "NET"
+    ]  # fmt: skip
+    assert rng.random() == 0.5771029486174987
+
+
 def test_a_difficulty_range_per_domain(tmp_path):
     sizes = {"rl_train": 6, "heldout": 2, "sft": 2, "pretrain": 2}
     ranges = {"math": (0.0, 0.2), "ocr": (0.6, 0.8)}
@@ -129,7 +152,7 @@ def test_a_difficulty_range_per_domain(tmp_path):
     for item in items:
         lo, hi = ranges[item.domain]
         assert lo <= item.meta["difficulty"] <= hi
-    # OCR's knob past 0.4 writes codes instead of words
+    # OCR's knob from 0.6 writes codes only
     assert {i.meta["subcategory"] for i in items if i.domain == "ocr"} == {"code"}
     # a domain left out of the mapping is an error, not a silent default
     with pytest.raises(ValueError, match="no difficulty range for ocr"):
