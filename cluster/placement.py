@@ -185,6 +185,25 @@ class Placement:
                 "cluster.placement_strategy: STRICT_PACK)"
             )
 
+    def layout(self, counts: dict[str, int], others: dict[str, str]) -> str | None:
+        """Which actors each node holds, one clause a node (``others``: actor name -> node id),
+        or None when every actor is on one node."""
+        import ray
+
+        where: dict[str, list[str]] = {}
+        for role, count in counts.items():
+            for i in range(count):
+                where.setdefault(self.node_of(role, i), []).append(f"{role} {i}")
+        for name, node in others.items():
+            where.setdefault(node, []).append(name)
+        if len(where) < 2:
+            return None
+        address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        return "; ".join(
+            f"node {node[:8]} ({address.get(node, '?')}): {', '.join(actors)}"
+            for node, actors in sorted(where.items(), key=lambda kv: kv[1])
+        )
+
     def remove(self) -> None:
         from ray.util.placement_group import remove_placement_group
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.learner_group import LearnerGroup
 from actors.reward import RewardActor, RewardActorPool, options_from_config
@@ -81,7 +82,13 @@ def start_roles(
             for i in range(cfg.reward.num_actors)
         ]
     )
-    roles.sampler = CurriculumSampler.options(max_restarts=0).remote(
+    # the sampler keeps its state under the run directory, which the driver made: on the
+    # driver's node that directory exists even where nodes share no filesystem
+    driver_node = ray.get_runtime_context().get_node_id()
+    roles.sampler = CurriculumSampler.options(
+        max_restarts=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False),
+    ).remote(
         str(run_dir),
         items=None if resume else items,
         config=cfg.curriculum,
@@ -89,6 +96,14 @@ def start_roles(
         resume=resume,
     )
     ray.get([w.ready.remote() for w in workers])
+    counts = {
+        "learner": cfg.learner.num_ranks,
+        "rollout": len(workers),
+        "reward": cfg.reward.num_actors,
+    }
+    layout = placement.layout(counts, {"sampler": driver_node})
+    if layout:
+        print(f"roles across Ray nodes: {layout}", flush=True)
     roles.transport = make_transport(
         cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
     )

@@ -4,6 +4,7 @@ roles sit on two Ray nodes."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -287,6 +288,13 @@ def test_an_rl_run_spans_two_ray_nodes(two_nodes, tmp_path):
             f"cluster.address={two_nodes.address}", f"cluster.role_resources={json.dumps(SPLIT)}"]  # fmt: skip
     r = run_cli("configs/tiny-text.yaml", *set_args(sets, tmp_path))
     assert r.returncode == 0, r.stderr[-4000:]
+    # the driver says where each actor landed; the sampler sits on the driver's (head) node
+    layout = next(s for s in r.stdout.splitlines() if s.startswith("roles across Ray nodes: "))
+    assert re.fullmatch(
+        r"roles across Ray nodes: node \w{8} \([\d.]+\): learner 0, sampler; "
+        r"node \w{8} \([\d.]+\): rollout 0, reward 0",
+        layout,
+    ), layout
     # the run left the cluster as it found it: both nodes alive, every bundle given back
     ray.init(address=two_nodes.address, log_to_driver=False)
     try:
