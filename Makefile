@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-$(FLAVOUR)
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser demo test test-fast lint format lock clean
+.PHONY: install browser demo test test-fast gpu-check lint format lock clean
 
 install: $(STAMP) browser
 
@@ -62,6 +62,16 @@ test: install
 
 test-fast: install
 	$(RUN) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# A CUDA host (make install GPU=1 first): the gpu-marked tests, then the GPU benchmarks, each
+# ending with its RESULT line (benchmarks/README.md has one H100's figures to compare with)
+gpu-check: $(STAMP)
+	@$(BIN)/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('make gpu-check: torch sees no CUDA device; on a GPU host run make install GPU=1 first')"
+	$(RUN) $(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
+	$(RUN) $(BIN)/python benchmarks/checksum_speed.py
+	$(RUN) $(BIN)/python benchmarks/weight_sync.py --transport cuda_ipc
+	$(RUN) $(BIN)/python benchmarks/learner_step.py --device cuda --stages 2,3 --steps 5
+	$(RUN) $(BIN)/python benchmarks/rollout_throughput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
