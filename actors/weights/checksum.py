@@ -52,7 +52,8 @@ def tensor_checksum(t: torch.Tensor, algorithm: str = "xxh3") -> str:
     if algorithm == "xxh3":
         if flat.device.type != "cpu":
             flat = flat.cpu()
-        digest = f"{xxhash.xxh3_64_intdigest(flat.view(torch.uint8).numpy()) if flat.numel() else 0:016x}"
+        value = xxhash.xxh3_64_intdigest(flat.view(torch.uint8).numpy()) if flat.numel() else 0
+        digest = f"{value:016x}"
     elif algorithm == "fold":
         digest = _fold(flat.view(torch.uint8))
     else:
