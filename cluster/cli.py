@@ -165,11 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlcs",
         description="RL post-training of vision-language reasoning models with Curriculum Sampling.",
     )
+    parser.add_argument("--version", action="version", version=f"rlcs {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, _, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         _ARGS[name](p)
     return parser
+
+
+def _version() -> str:
+    from rlcs import __version__
+
+    return __version__
 
 
 def _implementation(command: str) -> Callable[[argparse.Namespace], int] | None:

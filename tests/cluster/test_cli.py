@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cluster import cli
 
 
@@ -19,6 +21,15 @@ def test_console_script_is_installed():
     assert exe.is_file(), f"no rlcs console script beside {sys.executable}"
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "Curriculum Sampling" in r.stdout
+
+
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rlcs {version('rlcs')}"
 
 
 def test_no_command_prints_help_and_fails(capsys):
