@@ -66,6 +66,8 @@ def _fold(raw: torch.Tensor) -> str:
     n = raw.numel()
     if n == 0:
         return "0" * 16
+    if raw.storage_offset() % 4:  # a view into a packed bucket: 32-bit words need alignment
+        raw = raw.clone()
     body = n // 4 * 4
     words = raw[:body].view(torch.int32)
     if body < n:  # the last 1-3 bytes, zero-padded into one more word

@@ -60,6 +60,14 @@ def test_fold_covers_tail_bytes_and_empty_tensors():
     assert tensor_checksum(torch.empty(0), "fold") == "fold:0000000000000000:float32:0"
 
 
+@pytest.mark.parametrize("algorithm", ["xxh3", "fold"])
+def test_views_at_any_byte_offset_hash_like_their_copies(algorithm):
+    # transports pack a bucket's tensors into one buffer: a tensor may start at any byte
+    buf = torch.arange(64, dtype=torch.uint8)
+    for t in (buf[2:42].view(torch.bfloat16), buf[1:40], buf[4:44].view(torch.float32)):
+        assert tensor_checksum(t, algorithm) == tensor_checksum(t.clone(), algorithm)
+
+
 def test_unknown_algorithm_and_transport_are_refused():
     with pytest.raises(ValueError, match="unknown checksum algorithm 'md5'"):
         tensor_checksum(torch.zeros(2), "md5")
@@ -83,6 +91,7 @@ def test_staging_hashes_with_the_transports_algorithm(kind):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is present")
 def test_fold_on_the_gpu_equals_the_cpu():
     g = torch.Generator().manual_seed(1)
-    for t in (torch.randn(3, 1 << 20, generator=g), torch.randn(1001).to(torch.bfloat16)):
+    odd = torch.arange(256, dtype=torch.uint8)[2:202].view(torch.bfloat16)  # misaligned view
+    for t in (torch.randn(3, 1 << 20, generator=g), torch.randn(1001).to(torch.bfloat16), odd):
         assert tensor_checksum(t.cuda(), "fold") == tensor_checksum(t, "fold")
         assert tensor_checksum(t.cuda(), "xxh3") == tensor_checksum(t, "xxh3")
