@@ -91,7 +91,11 @@ def test_staging_hashes_with_the_transports_algorithm(kind):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is present")
 def test_fold_on_the_gpu_equals_the_cpu():
     g = torch.Generator().manual_seed(1)
-    odd = torch.arange(256, dtype=torch.uint8)[2:202].view(torch.bfloat16)  # misaligned view
-    for t in (torch.randn(3, 1 << 20, generator=g), torch.randn(1001).to(torch.bfloat16), odd):
-        assert tensor_checksum(t.cuda(), "fold") == tensor_checksum(t, "fold")
-        assert tensor_checksum(t.cuda(), "xxh3") == tensor_checksum(t, "xxh3")
+    pairs = [(t, t.cuda()) for t in (torch.randn(3, 1 << 20, generator=g),
+                                     torch.randn(1001).to(torch.bfloat16))]  # fmt: skip
+    buf = torch.arange(256, dtype=torch.uint8)
+    # a view into a packed GPU buffer, starting at a byte offset not divisible by 4
+    pairs.append((buf[2:202].view(torch.bfloat16), buf.cuda()[2:202].view(torch.bfloat16)))
+    for host, gpu in pairs:
+        assert tensor_checksum(gpu, "fold") == tensor_checksum(host, "fold")
+        assert tensor_checksum(gpu, "xxh3") == tensor_checksum(host, "xxh3")
