@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from actors.weights import WeightSyncError
+from rewards.base import ANSWER_ERRORS
 from rlcs.config import Config
 from rlcs.data import Item, Trajectory, decode_image
 
@@ -61,6 +62,12 @@ def score(rewards: Any, trajs: list[Trajectory], items: dict[str, Item], timeout
         }
 
 
+def unscorable(t: Trajectory) -> bool:
+    """Whether ``t``'s reward could not be computed (a timeout, a crash, a verifier fault), as
+    opposed to a wrong, unformatted or unreadable answer, which scores 0 like any failure."""
+    return t.reward_detail.get("error") not in (None, *ANSWER_ERRORS)
+
+
 def learner_batch(
     trajs: list[Trajectory], selected: set[str], items: dict[str, Item]
 ) -> list[dict]:
@@ -102,8 +109,12 @@ def run_iteration(
         trajs = roles.rollout.generate([items[i] for i in ids], step=iteration)
     with timed(timings, "reward"):
         score(roles.rewards, trajs, items, cfg.reward.timeout_s)
+    # a rollout that could not be scored says nothing of the item or the policy: under
+    # reward.unscorable "drop" it leaves its group (a group left empty is not reported)
+    drop = cfg.reward.unscorable == "drop"
+    scored = [t for t in trajs if not (drop and unscorable(t))]
     groups: dict[str, list[float]] = defaultdict(list)
-    for t in trajs:
+    for t in scored:
         groups[t.item_id].append(t.reward)
     with timed(timings, "sampler"):
         report = ray.get(roles.sampler.report.remote(dict(groups)))
@@ -111,7 +122,7 @@ def run_iteration(
     learn: dict[str, Any] = {}
     if selected:
         with timed(timings, "learn"):
-            learn = roles.learner.train_step("rl", learner_batch(trajs, selected, items))
+            learn = roles.learner.train_step("rl", learner_batch(scored, selected, items))
         with timed(timings, "sync"):
             sync = push_weights(roles)
         timings["sync_transfer"] = sync.seconds
@@ -121,27 +132,34 @@ def run_iteration(
     stats["tier_pass_rate"] = closed.get("tier_pass_rate", {})
     stats["subcategory_pass_rate"] = closed.get("subcategory_pass_rate", {})
     wall = time.perf_counter() - t_start
-    metrics = _metrics(roles, trajs, items, report, learn, stats, timings, wall)
+    metrics = _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall)
     samples = [
-        {**t.to_dict(), "domain": items[t.item_id].domain, "selected": t.item_id in selected}
+        {
+            **t.to_dict(),
+            "domain": items[t.item_id].domain,
+            "selected": t.item_id in selected and not (drop and unscorable(t)),
+            "unscorable": unscorable(t),
+        }
         for t in trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
     ]
     return IterationResult(metrics, samples, timings)
 
 
-def _metrics(roles, trajs, items, report, learn, stats, timings, wall) -> dict[str, float]:
+def _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall) -> dict[str, float]:
+    """``trajs``: every rollout of the iteration; ``scored``: those its rewards count from."""
     m: dict[str, float] = {}
-    rewards = [t.reward for t in trajs]
+    rewards = [t.reward for t in scored]
     m["reward/mean"] = fmean(rewards) if rewards else 0.0
     by_domain: dict[str, list[float]] = defaultdict(list)
-    for t in trajs:
+    for t in scored:
         by_domain[items[t.item_id].domain].append(t.reward)
     for d, rs in sorted(by_domain.items()):
         m[f"reward/{d}"] = fmean(rs)
         m[f"pass_rate/{d}"] = fmean(1.0 if r >= 1.0 else 0.0 for r in rs)
-    m["errors/reward"] = float(
-        sum(1 for t in trajs if t.reward_detail.get("error") not in (None, "format"))
-    )
+    errors = [t.reward_detail.get("error") for t in trajs]
+    m["errors/reward"] = float(sum(1 for t in trajs if unscorable(t)))
+    m["errors/dropped_rollouts"] = float(len(trajs) - len(scored))
+    m["errors/parse"] = float(errors.count("parse"))
     m["errors/format"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
     m["response/length"] = fmean(len(t.token_ids) for t in trajs) if trajs else 0.0
     m["response/forced_answer_rate"] = (

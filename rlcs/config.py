@@ -165,6 +165,12 @@ class RewardConfig(Section):
     custom_domains: dict[str, str] = Field(
         default_factory=dict, description="domain -> 'module:Verifier' import path."
     )
+    unscorable: Literal["drop", "zero"] = Field(
+        "drop",
+        description="A rollout whose reward could not be computed (a timeout, a crash, a "
+        "verifier fault; not a wrong or unreadable answer): drop leaves it out of its group, "
+        "for the curriculum's evidence and the GRPO update; zero scores it 0 like a wrong answer.",
+    )
 
 
 class CurriculumConfig(Section):

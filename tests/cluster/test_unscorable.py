@@ -1,0 +1,131 @@
+"""A rollout whose reward could not be computed (here a verifier that hangs past its timeout)
+is left out of its group: the curriculum's evidence and the GRPO update see only the scored
+rollouts, and the metrics count it. The sampler is the real Ray actor and the rewards come from
+the real scorer, whose worker is killed at the timeout; rollout and learner are stand-ins that
+hand over fixed responses and record what they are asked to train on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rlcs.config import Config
+from rlcs.data import Item, Trajectory
+
+ADVERSARIAL = Path(__file__).resolve().parents[1] / "rewards"
+if str(ADVERSARIAL) not in sys.path:  # the scorer's workers import the hanging verifier by path
+    sys.path.insert(0, str(ADVERSARIAL))
+
+OK = "<think>t</think><answer><|begin_of_box|>ok<|end_of_box|></answer>"
+HANG = "<think>t</think><answer><|begin_of_box|>hang<|end_of_box|></answer>"
+NO_TAGS = "ok"  # a format failure: a wrong answer, scored 0 and kept
+RESPONSES = {"a": [OK, NO_TAGS, HANG], "b": [HANG, HANG, HANG]}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    from rewards import RewardScorer
+
+    s = RewardScorer(1, timeout_s=0.5, custom_domains={"hang": "adversarial_verifiers:Hang"})
+    yield s
+    s.close()
+
+
+class Rollout:
+    live_workers: list = []
+    restarts = 0
+
+    def generate(self, items: list[Item], step: int) -> list[Trajectory]:
+        return [
+            Trajectory(it.id, r, token_ids=[1, 2], logprobs=[-0.5, -0.5], finish_reason="stop")
+            for it in items
+            for r in RESPONSES[it.id]
+        ]
+
+
+class Learner:
+    def __init__(self):
+        self.batches: list[list[dict]] = []
+
+    def train_step(self, objective: str, batch: list[dict]) -> dict:
+        self.batches.append(batch)
+        return {"loss": 0.0}
+
+    def push_weights(self, transport):
+        return SimpleNamespace(seconds=0.0)
+
+
+def one_iteration(ray_local, scorer, tmp_path, unscorable: str):
+    from actors.sampler import CurriculumSampler
+    from cluster.rl_iteration import run_iteration
+    from rlcs.curriculum.persistence import load_curriculum
+
+    cfg = Config.model_validate(
+        {
+            "stage": "rl",
+            "model": {"tiny": "text"},
+            "rollout": {"n": 3},
+            "reward": {"unscorable": unscorable, "timeout_s": 0.5},
+            "curriculum": {"policy": "uniform"},
+            "run": {"prompts_per_iteration": 2, "samples_per_iteration": 2},
+        }
+    )
+    items = {i: Item(id=i, domain="hang", prompt="p") for i in RESPONSES}
+    sampler = CurriculumSampler.remote(
+        str(tmp_path), items=list(items.values()), config=cfg.curriculum
+    )
+    rewards = SimpleNamespace(retries=0, score=lambda reqs, timeout_s: scorer.score_batch(
+        [(r["domain"], r["response"], r["answer"], {}) for r in reqs], timeout_s=timeout_s
+    ))  # fmt: skip
+    learner = Learner()
+    roles = SimpleNamespace(
+        sampler=sampler, rollout=Rollout(), rewards=rewards, learner=learner,
+        transport=SimpleNamespace(workers=[]),
+    )  # fmt: skip
+    result = run_iteration(cfg, roles, items, iteration=1)
+    ray_local.get(sampler.save.remote())
+    cur = load_curriculum(tmp_path, attach=False)
+    attempts = dict(zip(cur.id_of(range(cur.num_items)), cur.attempts.tolist(), strict=True))
+    return result, learner.batches, attempts
+
+
+def test_unscorable_rollouts_leave_the_update_and_the_curriculum(ray_local, scorer, tmp_path):
+    result, batches, attempts = one_iteration(ray_local, scorer, tmp_path, "drop")
+    # item a keeps its two scored rollouts; item b, all timeouts, is not reported at all
+    assert attempts == {"a": 2, "b": 0}
+    [batch] = batches
+    assert [(t["item_id"], t["response"], t["reward"]) for t in batch] == [
+        ("a", OK, 1.0),
+        ("a", NO_TAGS, 0.0),
+    ]
+    m = result.metrics
+    assert m["errors/reward"] == 4 and m["errors/dropped_rollouts"] == 4
+    assert m["reward/mean"] == 0.5 and m["errors/format"] == 1
+    assert m["curriculum/groups"] == 1
+    flags = [(s["item_id"], s["unscorable"], s["selected"]) for s in result.samples]
+    assert (
+        flags
+        == [("a", False, True), ("a", False, True), ("a", True, False)] + [("b", True, False)] * 3
+    )
+    assert all(s["reward_detail"]["error"] == "timeout" for s in result.samples if s["unscorable"])
+
+
+def test_unscorable_zero_scores_them_as_wrong_answers(ray_local, scorer, tmp_path):
+    result, batches, attempts = one_iteration(ray_local, scorer, tmp_path, "zero")
+    assert attempts == {"a": 3, "b": 3}
+    [batch] = batches
+    assert sorted(t["reward"] for t in batch if t["item_id"] == "a") == [0.0, 0.0, 1.0]
+    assert result.metrics["errors/reward"] == 4 and result.metrics["errors/dropped_rollouts"] == 0
+    assert result.metrics["reward/mean"] == pytest.approx(1 / 6)
