@@ -60,15 +60,18 @@ class LocalCurriculumSampler:
         """More ids for this iteration, none drawn before in it (the dapo_filter top-up)."""
         return self.cur.id_of(self.cur.extra(n))
 
-    def report(self, outcomes: Outcomes) -> dict[str, Any]:
+    def report(self, outcomes: Outcomes, untrainable: Sequence[str] = ()) -> dict[str, Any]:
         """Record groups of rewards; returns the ids to train on and the valid-group count.
 
         ``outcomes``: ``{item_id: rewards}``, or ``[{"item_id": ..., "rewards": [...]}]``, or
-        ``[(item_id, rewards)]``.
+        ``[(item_id, rewards)]``. ``untrainable``: ids whose groups count as evidence but may
+        not be selected (a group filter rejected them).
         """
         ids, rewards = _split_outcomes(outcomes)
         succ, sizes = self.cur.report(ids, rewards)
-        keep = self.cur.select(succ, sizes, self._batch or len(ids))
+        barred = set(untrainable)
+        eligible = np.array([i not in barred for i in ids], bool) if barred else None
+        keep = self.cur.select(succ, sizes, self._batch or len(ids), eligible)
         valid = int(((succ > 0) & (succ < sizes)).sum())
         return {
             "iteration": self.cur.iteration,

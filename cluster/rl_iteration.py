@@ -21,6 +21,7 @@ from actors.weights import WeightSyncError
 from rewards.base import ANSWER_ERRORS
 from rlcs.config import Config
 from rlcs.data import Item, Trajectory, decode_image
+from rlcs.group_filters import filtered_out
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,14 @@ def run_iteration(
     # reward.unscorable "drop" it leaves its group (a group left empty is not reported)
     drop = cfg.reward.unscorable == "drop"
     scored = [t for t in trajs if not (drop and unscorable(t))]
-    groups: dict[str, list[float]] = defaultdict(list)
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in scored:
-        groups[t.item_id].append(t.reward)
+        groups[t.item_id].append(t)
+    barred = filtered_out(roles.group_filter, items, groups) if roles.group_filter else []
+    outcomes = {i: [t.reward for t in g] for i, g in groups.items()}
     with timed(timings, "sampler"):
-        report = ray.get(roles.sampler.report.remote(dict(groups)))
+        report = ray.get(roles.sampler.report.remote(outcomes, barred))
+    report["filtered"] = len(barred)
     selected = set(report["selected"])
     learn: dict[str, Any] = {}
     if selected:
@@ -170,6 +174,7 @@ def _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall) -
     m["curriculum/groups"] = float(report["groups"])
     m["curriculum/valid_fraction"] = report["valid_groups"] / max(1, report["groups"])
     m["curriculum/selected"] = float(len(report["selected"]))
+    m["curriculum/filtered"] = float(report.get("filtered", 0))
     m["curriculum/expansion_ratio"] = float(stats["expansion_ratio"])
     m["curriculum/expansion_ema"] = float(stats["expansion_ema"])
     for tier, count in stats["tiers"].items():

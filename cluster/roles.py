@@ -34,6 +34,7 @@ class Roles:
     rewards: RewardActorPool | None = None
     sampler: Any = None
     transport: Any = None
+    group_filter: Any = None  # learner.grpo.group_filter, loaded (rlcs.group_filters)
 
     def shutdown(self) -> None:
         for part in (self.learner, self.rewards):

@@ -23,6 +23,7 @@ from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
 from rlcs.config import Config, ConfigError, load_config, write_resolved
+from rlcs.group_filters import load_group_filter
 from rlcs.report import write_report
 from rlcs.runlog import RunLog
 
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, resume: bool = False) -> Path:
+    grpo = cfg.learner.grpo
+    keep = None
+    if cfg.stage == "rl" and grpo.group_filter:  # a bad path stops the run before it starts
+        keep = load_group_filter(grpo.group_filter, grpo.group_filter_options)
     run_dir = prepare_run_dir(cfg, resume)
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
@@ -42,6 +47,7 @@ def train(cfg: Config, resume: bool = False) -> Path:
     if cfg.stage == "rl" and start:
         warn_curriculum_changes(cfg, run_dir)
     roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
+    roles.group_filter = keep
     try:
         if start:
             ckpt.restore(roles, start)

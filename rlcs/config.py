@@ -258,6 +258,17 @@ class GRPOConfig(Section):
         description="Policy logprobs from the logits over rollout.temperature: the distribution "
         "the engine sampled from. False trains on the raw (temperature 1) distribution.",
     )
+    group_filter: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'module:function' called as f(item, rollouts, **group_filter_options) on "
+        "every scored group; a group it returns False for is still evidence for the curriculum "
+        "but is not trained on (rlcs.group_filters:no_truncated drops groups with a cut-off "
+        "rollout).",
+    )
+    group_filter_options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for group_filter."
+    )
 
 
 class LearnerConfig(Section):

@@ -318,13 +318,28 @@ class Curriculum:
         acc["valid"] += int(expansion.valid_groups(succ, sizes).sum())
         acc["solved"] += int((succ > 0).sum())
 
-    def select(self, successes: np.ndarray, sizes: np.ndarray, batch: int) -> np.ndarray:
-        """Which scored groups to train on, by policy (indices into the reported groups)."""
+    def select(
+        self,
+        successes: np.ndarray,
+        sizes: np.ndarray,
+        batch: int,
+        eligible: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Which scored groups to train on, by policy (indices into the reported groups).
+
+        ``eligible``: a mask of the groups that may be chosen at all (a group filter's verdict);
+        the policy selects among those alone.
+        """
+        succ, sizes = np.asarray(successes), np.asarray(sizes)
+        among = np.arange(len(succ)) if eligible is None else np.flatnonzero(eligible)
+        succ, sizes = succ[among], sizes[among]
         if self.config.policy == "rlcs":
-            return expansion.select_balanced(successes, sizes, batch, self.config.expansion_surplus)
-        if self.config.policy == "dapo_filter":
-            return np.flatnonzero(expansion.valid_groups(successes, sizes))[:batch]
-        return np.arange(min(batch, len(successes)))
+            pick = expansion.select_balanced(succ, sizes, batch, self.config.expansion_surplus)
+        elif self.config.policy == "dapo_filter":
+            pick = np.flatnonzero(expansion.valid_groups(succ, sizes))[:batch]
+        else:
+            pick = np.arange(min(batch, len(succ)))
+        return among[pick]
 
     # -- iteration bookkeeping -------------------------------------------------------------
     def _reset_iteration(self) -> None:

@@ -1,6 +1,9 @@
-"""A rollout whose reward could not be computed (here a verifier that hangs past its timeout)
-is left out of its group: the curriculum's evidence and the GRPO update see only the scored
-rollouts, and the metrics count it. The sampler is the real Ray actor and the rewards come from
+"""What of an iteration's scored groups reaches the curriculum and the learner.
+
+A rollout whose reward could not be computed (here a verifier that hangs past its timeout) is
+left out of its group: the curriculum's evidence and the GRPO update see only the scored
+rollouts, and the metrics count it. A group filter (learner.grpo.group_filter) bars groups from
+training while they still count as evidence. The sampler is the real Ray actor and the rewards come from
 the real scorer, whose worker is killed at the timeout; rollout and learner are stand-ins that
 hand over fixed responses and record what they are asked to train on."""
 
@@ -23,6 +26,7 @@ OK = "<think>t</think><answer><|begin_of_box|>ok<|end_of_box|></answer>"
 HANG = "<think>t</think><answer><|begin_of_box|>hang<|end_of_box|></answer>"
 NO_TAGS = "ok"  # a format failure: a wrong answer, scored 0 and kept
 RESPONSES = {"a": [OK, NO_TAGS, HANG], "b": [HANG, HANG, HANG]}
+CUT = {"c"}  # items whose first rollout ran into the answer budget (finish_reason "length")
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +51,16 @@ class Rollout:
     live_workers: list = []
     restarts = 0
 
+    def __init__(self, responses: dict[str, list[str]]):
+        self.responses = responses
+
     def generate(self, items: list[Item], step: int) -> list[Trajectory]:
         return [
-            Trajectory(it.id, r, token_ids=[1, 2], logprobs=[-0.5, -0.5], finish_reason="stop")
+            Trajectory(
+                it.id, r, [1, 2], [-0.5, -0.5], "length" if it.id in CUT and k == 0 else "stop"
+            )
             for it in items
-            for r in RESPONSES[it.id]
+            for k, r in enumerate(self.responses[it.id])
         ]
 
 
@@ -67,10 +76,11 @@ class Learner:
         return SimpleNamespace(seconds=0.0)
 
 
-def one_iteration(ray_local, scorer, tmp_path, unscorable: str):
+def one_iteration(ray_local, scorer, tmp_path, unscorable: str, responses=RESPONSES, **grpo):
     from actors.sampler import CurriculumSampler
     from cluster.rl_iteration import run_iteration
     from rlcs.curriculum.persistence import load_curriculum
+    from rlcs.group_filters import load_group_filter
 
     cfg = Config.model_validate(
         {
@@ -79,10 +89,11 @@ def one_iteration(ray_local, scorer, tmp_path, unscorable: str):
             "rollout": {"n": 3},
             "reward": {"unscorable": unscorable, "timeout_s": 0.5},
             "curriculum": {"policy": "uniform"},
-            "run": {"prompts_per_iteration": 2, "samples_per_iteration": 2},
+            "learner": {"grpo": grpo},
+            "run": {"prompts_per_iteration": len(responses), "samples_per_iteration": 2},
         }
     )
-    items = {i: Item(id=i, domain="hang", prompt="p") for i in RESPONSES}
+    items = {i: Item(id=i, domain="hang", prompt="p") for i in responses}
     sampler = CurriculumSampler.remote(
         str(tmp_path), items=list(items.values()), config=cfg.curriculum
     )
@@ -91,8 +102,9 @@ def one_iteration(ray_local, scorer, tmp_path, unscorable: str):
     ))  # fmt: skip
     learner = Learner()
     roles = SimpleNamespace(
-        sampler=sampler, rollout=Rollout(), rewards=rewards, learner=learner,
+        sampler=sampler, rollout=Rollout(responses), rewards=rewards, learner=learner,
         transport=SimpleNamespace(workers=[]),
+        group_filter=load_group_filter(grpo["group_filter"]) if grpo else None,
     )  # fmt: skip
     result = run_iteration(cfg, roles, items, iteration=1)
     ray_local.get(sampler.save.remote())
@@ -129,3 +141,18 @@ def test_unscorable_zero_scores_them_as_wrong_answers(ray_local, scorer, tmp_pat
     assert sorted(t["reward"] for t in batch if t["item_id"] == "a") == [0.0, 0.0, 1.0]
     assert result.metrics["errors/reward"] == 4 and result.metrics["errors/dropped_rollouts"] == 0
     assert result.metrics["reward/mean"] == pytest.approx(1 / 6)
+
+
+def test_a_group_filter_bars_groups_from_training_not_from_the_curriculum(
+    ray_local, scorer, tmp_path
+):
+    responses = {"a": [OK, NO_TAGS], "c": [OK, NO_TAGS], "d": [OK, OK]}
+    result, batches, attempts = one_iteration(
+        ray_local, scorer, tmp_path, "drop", responses,
+        group_filter="rlcs.group_filters:no_truncated",
+    )  # fmt: skip
+    assert attempts == {"a": 2, "c": 2, "d": 2}  # c's cut-off group is still evidence
+    [batch] = batches
+    assert sorted({t["item_id"] for t in batch}) == ["a", "d"]
+    assert result.metrics["curriculum/filtered"] == 1
+    assert result.metrics["curriculum/selected"] == 2
