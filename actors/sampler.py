@@ -60,18 +60,21 @@ class LocalCurriculumSampler:
         """More ids for this iteration, none drawn before in it (the dapo_filter top-up)."""
         return self.cur.id_of(self.cur.extra(n))
 
-    def report(self, outcomes: Outcomes, untrainable: Sequence[str] = ()) -> dict[str, Any]:
+    def report(
+        self, outcomes: Outcomes, untrainable: Sequence[str] = (), batch: int | None = None
+    ) -> dict[str, Any]:
         """Record groups of rewards; returns the ids to train on and the valid-group count.
 
         ``outcomes``: ``{item_id: rewards}``, or ``[{"item_id": ..., "rewards": [...]}]``, or
         ``[(item_id, rewards)]``. ``untrainable``: ids whose groups count as evidence but may
-        not be selected (a group filter rejected them).
+        not be selected (a group filter rejected them). ``batch``: how many groups to select
+        at most (a top-up's missing ones); by default the ``next_batch`` size.
         """
         ids, rewards = _split_outcomes(outcomes)
         succ, sizes = self.cur.report(ids, rewards)
         barred = set(untrainable)
         eligible = np.array([i not in barred for i in ids], bool) if barred else None
-        keep = self.cur.select(succ, sizes, self._batch or len(ids), eligible)
+        keep = self.cur.select(succ, sizes, batch or self._batch or len(ids), eligible)
         valid = int(((succ > 0) & (succ < sizes)).sum())
         return {
             "iteration": self.cur.iteration,

@@ -7,6 +7,7 @@ is left over is the orchestration overhead.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -99,13 +100,24 @@ def push_weights(roles: Any, attempts: int = 3) -> Any:
             attempt += 1
 
 
-def run_iteration(
-    cfg: Config, roles: Any, items: dict[str, Item], iteration: int
-) -> IterationResult:
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    with timed(timings, "sampler"):
-        ids = ray.get(roles.sampler.next_batch.remote(cfg.run.prompts_per_iteration))
+@dataclass
+class Rounds:
+    """What the iteration's generation rounds gathered (one round, or more under dapo_filter)."""
+
+    trajs: list[Trajectory] = field(default_factory=list)
+    scored: list[Trajectory] = field(default_factory=list)
+    selected: list[str] = field(default_factory=list)
+    groups: int = 0
+    valid: int = 0
+    filtered: int = 0
+    count: int = 0
+
+
+def generate_round(
+    cfg: Config, roles: Any, items: dict[str, Item], ids: list[str], batch: int | None,
+    iteration: int, timings: dict[str, float], acc: Rounds,
+) -> None:  # fmt: skip
+    """Roll out ``ids``, score them, report the groups; adds what the sampler selected to ``acc``."""
     with timed(timings, "generate"):
         trajs = roles.rollout.generate([items[i] for i in ids], step=iteration)
     with timed(timings, "reward"):
@@ -120,13 +132,53 @@ def run_iteration(
     barred = filtered_out(roles.group_filter, items, groups) if roles.group_filter else []
     outcomes = {i: [t.reward for t in g] for i, g in groups.items()}
     with timed(timings, "sampler"):
-        report = ray.get(roles.sampler.report.remote(outcomes, barred))
-    report["filtered"] = len(barred)
-    selected = set(report["selected"])
+        report = ray.get(roles.sampler.report.remote(outcomes, barred, batch))
+    acc.trajs += trajs
+    acc.scored += scored
+    acc.selected += report["selected"]
+    acc.groups += report["groups"]
+    acc.valid += report["valid_groups"]
+    acc.filtered += len(barred)
+    acc.count += 1
+
+
+def top_up(
+    cfg: Config, roles: Any, items: dict[str, Item], iteration: int,
+    timings: dict[str, float], acc: Rounds,
+) -> None:  # fmt: skip
+    """DAPO's dynamic sampling: roll out fresh prompts until the batch holds
+    ``prompts_per_iteration`` valid groups, for at most ``run.topup_rounds`` more rounds. Each
+    round asks for the missing groups over the share of valid groups seen so far."""
+    batch = cfg.run.prompts_per_iteration
+    for _ in range(cfg.run.topup_rounds):
+        missing = batch - len(acc.selected)
+        if missing <= 0:
+            return
+        useful = (acc.valid - acc.filtered) / max(acc.groups, 1)
+        n = min(batch, math.ceil(missing / useful)) if useful > 0 else batch
+        with timed(timings, "sampler"):
+            ids = ray.get(roles.sampler.extra.remote(n))
+        if not ids:  # every item drawn this iteration already
+            return
+        generate_round(cfg, roles, items, ids, missing, iteration, timings, acc)
+
+
+def run_iteration(
+    cfg: Config, roles: Any, items: dict[str, Item], iteration: int
+) -> IterationResult:
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    with timed(timings, "sampler"):
+        ids = ray.get(roles.sampler.next_batch.remote(cfg.run.prompts_per_iteration))
+    rounds = Rounds()
+    generate_round(cfg, roles, items, ids, None, iteration, timings, rounds)
+    if cfg.curriculum.policy == "dapo_filter":
+        top_up(cfg, roles, items, iteration, timings, rounds)
+    selected = set(rounds.selected)
     learn: dict[str, Any] = {}
     if selected:
         with timed(timings, "learn"):
-            learn = roles.learner.train_step("rl", learner_batch(scored, selected, items))
+            learn = roles.learner.train_step("rl", learner_batch(rounds.scored, selected, items))
         with timed(timings, "sync"):
             sync = push_weights(roles)
         timings["sync_transfer"] = sync.seconds
@@ -136,7 +188,8 @@ def run_iteration(
     stats["tier_pass_rate"] = closed.get("tier_pass_rate", {})
     stats["subcategory_pass_rate"] = closed.get("subcategory_pass_rate", {})
     wall = time.perf_counter() - t_start
-    metrics = _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall)
+    metrics = _metrics(roles, rounds, items, learn, stats, timings, wall)
+    drop = cfg.reward.unscorable == "drop"
     samples = [
         {
             **t.to_dict(),
@@ -144,13 +197,14 @@ def run_iteration(
             "selected": t.item_id in selected and not (drop and unscorable(t)),
             "unscorable": unscorable(t),
         }
-        for t in trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
+        for t in rounds.trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
     ]
     return IterationResult(metrics, samples, timings)
 
 
-def _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall) -> dict[str, float]:
-    """``trajs``: every rollout of the iteration; ``scored``: those its rewards count from."""
+def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[str, float]:
+    """Rewards count from the scored rollouts; errors and lengths from all of them."""
+    trajs, scored = rounds.trajs, rounds.scored
     m: dict[str, float] = {}
     rewards = [t.reward for t in scored]
     m["reward/mean"] = fmean(rewards) if rewards else 0.0
@@ -171,10 +225,11 @@ def _metrics(roles, trajs, scored, items, report, learn, stats, timings, wall) -
     )
     m["errors/rollout_restarts"] = float(roles.rollout.restarts)
     m["errors/reward_actor_retries"] = float(roles.rewards.retries)
-    m["curriculum/groups"] = float(report["groups"])
-    m["curriculum/valid_fraction"] = report["valid_groups"] / max(1, report["groups"])
-    m["curriculum/selected"] = float(len(report["selected"]))
-    m["curriculum/filtered"] = float(report.get("filtered", 0))
+    m["curriculum/groups"] = float(rounds.groups)
+    m["curriculum/valid_fraction"] = rounds.valid / max(1, rounds.groups)
+    m["curriculum/selected"] = float(len(rounds.selected))
+    m["curriculum/filtered"] = float(rounds.filtered)
+    m["curriculum/generation_rounds"] = float(rounds.count)
     m["curriculum/expansion_ratio"] = float(stats["expansion_ratio"])
     m["curriculum/expansion_ema"] = float(stats["expansion_ema"])
     for tier, count in stats["tiers"].items():

@@ -328,6 +328,13 @@ class RunConfig(Section):
     root: str = "runs"
     iterations: int = Field(10, ge=1, description="RL iterations.")
     prompts_per_iteration: int = Field(32, ge=1)
+    topup_rounds: int = Field(
+        3,
+        ge=0,
+        description="curriculum.policy dapo_filter: at most this many more rounds of fresh "
+        "prompts an iteration until prompts_per_iteration valid groups are in hand (DAPO's "
+        "dynamic sampling); 0: train on the valid groups of the first round only.",
+    )
     save_every: int = Field(10, ge=0)
     keep_checkpoints: int = Field(
         2,

@@ -76,7 +76,10 @@ class Learner:
         return SimpleNamespace(seconds=0.0)
 
 
-def one_iteration(ray_local, scorer, tmp_path, unscorable: str, responses=RESPONSES, **grpo):
+def one_iteration(
+    ray_local, scorer, tmp_path, unscorable: str, responses=RESPONSES, policy="uniform", run=None,
+    **grpo,
+):  # fmt: skip
     from actors.sampler import CurriculumSampler
     from cluster.rl_iteration import run_iteration
     from rlcs.curriculum.persistence import load_curriculum
@@ -88,9 +91,13 @@ def one_iteration(ray_local, scorer, tmp_path, unscorable: str, responses=RESPON
             "model": {"tiny": "text"},
             "rollout": {"n": 3},
             "reward": {"unscorable": unscorable, "timeout_s": 0.5},
-            "curriculum": {"policy": "uniform"},
+            "curriculum": {"policy": policy},
             "learner": {"grpo": grpo},
-            "run": {"prompts_per_iteration": len(responses), "samples_per_iteration": 2},
+            "run": {
+                "prompts_per_iteration": len(responses),
+                "samples_per_iteration": len(responses),
+                **(run or {}),
+            },
         }
     )
     items = {i: Item(id=i, domain="hang", prompt="p") for i in responses}
@@ -156,3 +163,31 @@ def test_a_group_filter_bars_groups_from_training_not_from_the_curriculum(
     assert sorted({t["item_id"] for t in batch}) == ["a", "d"]
     assert result.metrics["curriculum/filtered"] == 1
     assert result.metrics["curriculum/selected"] == 2
+
+
+# two valid groups (a right and a wrong answer) among six items
+TOPUP = {"a": [OK, NO_TAGS], "b": [OK, OK], "c": [OK, NO_TAGS], "d": [NO_TAGS, NO_TAGS],
+         "e": [OK, OK], "f": [NO_TAGS, NO_TAGS]}  # fmt: skip
+
+
+@pytest.mark.parametrize("rounds", [3, 0])
+def test_dapo_filter_tops_up_with_fresh_prompts_until_the_batch_is_full(
+    ray_local, scorer, tmp_path, rounds
+):
+    result, batches, attempts = one_iteration(
+        ray_local, scorer, tmp_path, "drop", TOPUP, policy="dapo_filter",
+        run={"prompts_per_iteration": 2, "topup_rounds": rounds},
+    )  # fmt: skip
+    m = result.metrics
+    drawn = [i for i, n in attempts.items() if n]
+    first = sorted({s["item_id"] for s in result.samples[:4]})  # the first round's two items
+    trained = {t["item_id"] for b in batches for t in b}
+    if rounds:  # more rounds until both valid groups are in hand, no item drawn twice
+        assert set(first) != {"a", "c"}  # the seeded first draw leaves a valid group to find
+        assert trained == {"a", "c"} and m["curriculum/generation_rounds"] >= 2
+    else:
+        assert drawn == first and m["curriculum/generation_rounds"] == 1
+        assert trained == {i for i in first if i in ("a", "c")}
+    assert all(attempts[i] == 2 for i in drawn)  # each drawn item reported once, whole
+    assert m["curriculum/groups"] == len(drawn)
+    assert m["curriculum/selected"] == len(trained)
