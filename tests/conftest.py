@@ -53,3 +53,15 @@ def shapes_image():
     draw.rectangle([8, 8, 48, 40], fill="red")
     draw.ellipse([60, 30, 100, 76], fill="blue")
     return img
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A fresh local Ray instance per test module (never another Ray running on the machine).
+
+    Modules that need other resources (fewer CPUs, a loopback node address) define their own."""
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -30,15 +30,6 @@ CUT = {"c"}  # items whose first rollout ran into the answer budget (finish_reas
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def scorer():
     from rewards import RewardScorer
 
