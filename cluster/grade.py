@@ -49,9 +49,11 @@ def pass_rates(
     batch_items: int = 64,
     timeout_s: float | None = None,
     progress: bool = True,
-) -> tuple[dict[str, float], Counter[str]]:
-    """Each item's share of ``samples`` answers scoring ``>= threshold``, and the answers'
-    errors by kind (an answer with an error counts as a failure).
+) -> tuple[dict[str, float | None], Counter[str]]:
+    """Each item's share of its scored answers reaching ``threshold`` (None when none of its
+    ``samples`` answers could be scored), and the answers' errors by kind. A wrong or
+    unreadable answer (``format``, ``parse``) is a failure; one the verifiers could not score
+    (a timeout, a crash) is left out, as in training.
 
     One rollout worker reserves ``num_cpus`` and answers ``batch_items`` items at a time, at
     ``rollout.temperature``; image paths must be absolute. The worker is killed at the end,
@@ -65,8 +67,17 @@ def pass_rates(
         num_cpus=num_cpus, batch_items=batch_items, timeout_s=timeout_s, progress=progress,
         desc="grade",
     )  # fmt: skip
+    return item_rates(records, [it.id for it in items], threshold)
+
+
+def item_rates(
+    records: Sequence[dict[str, Any]], ids: Sequence[str], threshold: float
+) -> tuple[dict[str, float | None], Counter[str]]:
+    """Each item's pass rate over its scored answers (None without any), and the errors by
+    kind, from `cluster.evaluate.answer_items`' records."""
     successes, errors = tally(records, threshold)
-    return {it.id: successes[it.id] / samples for it in items}, errors
+    scored = Counter(r["id"] for r in records if r["error"] is None or r["error"] in ANSWER_ERRORS)
+    return {i: successes[i] / scored[i] if scored[i] else None for i in ids}, errors
 
 
 def tally(records: Sequence[dict[str, Any]], threshold: float) -> tuple[Counter[str], Counter[str]]:
@@ -83,17 +94,19 @@ def tally(records: Sequence[dict[str, Any]], threshold: float) -> tuple[Counter[
 
 
 def graded_items(
-    items: Sequence[Item], rates: dict[str, float], src_dir: Path, out_dir: Path
+    items: Sequence[Item], rates: dict[str, float | None], src_dir: Path, out_dir: Path
 ) -> list[Item]:
-    """The items with ``difficulty`` set to their pass rate (4 decimals), every other field as
-    it was; relative image paths are rewritten to stay valid from ``out_dir``."""
+    """The items with ``difficulty`` set to their pass rate (4 decimals; left as it was where
+    the rate is None), every other field as it was; relative image paths are rewritten to stay
+    valid from ``out_dir``."""
     missing = [it.id for it in items if it.id not in rates]
     if missing:
         raise ValueError(f"{len(missing)} items have no grade, e.g. {missing[:3]}")
     same = src_dir.resolve() == out_dir.resolve()
     out = []
     for it in items:
-        update: dict[str, Any] = {"difficulty": round(rates[it.id], 4)}
+        rate = rates[it.id]
+        update: dict[str, Any] = {} if rate is None else {"difficulty": round(rate, 4)}
         if not same and it.images:
             update["images"] = [_rebase(ref, src_dir, out_dir) for ref in it.images]
         out.append(it.model_copy(update=update))
@@ -106,18 +119,25 @@ def _rebase(ref: str, src_dir: Path, out_dir: Path) -> str:
     return os.path.relpath((src_dir / ref).resolve(), out_dir.resolve())
 
 
-def summary_table(items: Sequence[Item], rates: dict[str, float]) -> str:
-    """Items per domain in each pass-rate bucket, and the domain's mean pass rate."""
+def summary_table(items: Sequence[Item], rates: dict[str, float | None]) -> str:
+    """Items per domain in each pass-rate bucket, and the domain's mean pass rate; a last
+    column counts the items left without a grade, when there are any."""
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     means: dict[str, list[float]] = defaultdict(list)
     for it in items:
-        counts[it.domain][bucket(rates[it.id])] += 1
-        means[it.domain].append(rates[it.id])
+        rate = rates[it.id]
+        if rate is None:
+            counts[it.domain]["none"] += 1
+            continue
+        counts[it.domain][bucket(rate)] += 1
+        means[it.domain].append(rate)
+    ungraded = any(c["none"] for c in counts.values())
     head = f"{'domain':<12}" + "".join(f"{b:>11}" for b in BUCKETS) + f"{'mean':>8}"
-    lines = [head]
+    lines = [head + (f"{'no grade':>10}" if ungraded else "")]
     for d in sorted(counts):
         cells = "".join(f"{counts[d][b]:>11}" for b in BUCKETS)
-        lines.append(f"{d:<12}{cells}{sum(means[d]) / len(means[d]):>8.3f}")
+        mean = f"{sum(means[d]) / len(means[d]):>8.3f}" if means[d] else f"{'-':>8}"
+        lines.append(f"{d:<12}{cells}{mean}" + (f"{counts[d]['none']:>10}" if ungraded else ""))
     return "\n".join(lines)
 
 
@@ -153,7 +173,8 @@ def grade_files(
     )
     unscorable = sum(n for kind, n in errors.items() if kind not in ANSWER_ERRORS)
     return {"items": len(items), "answers": len(items) * samples, "errors": dict(errors),
-            "unscorable": unscorable, "table": summary_table(items, rates), "out": str(out)}  # fmt: skip
+            "unscorable": unscorable, "ungraded": sum(r is None for r in rates.values()),
+            "table": summary_table(items, rates), "out": str(out)}  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -181,6 +202,9 @@ def main(args: argparse.Namespace) -> int:
     print(result["table"])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(result["errors"].items())) or "none"
     print(f"{result['items']} items, {result['answers']} answers; errors: {kinds}"
-          f" ({result['unscorable']} unscorable, counted as failures) -> {result['out']}")  # fmt: skip
+          f" ({result['unscorable']} unscorable, left out of the pass rates) -> {result['out']}")  # fmt: skip
+    if result["ungraded"]:
+        print(f"{result['ungraded']} items had no answer the verifiers could score and keep "
+              "the difficulty they had")  # fmt: skip
     print("RESULT " + json.dumps({k: v for k, v in result.items() if k != "table"}))
     return 0

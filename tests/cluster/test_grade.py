@@ -7,7 +7,15 @@ from collections import Counter
 
 import pytest
 
-from cluster.grade import BUCKETS, bucket, graded_items, pass_rates, summary_table, tally
+from cluster.grade import (
+    BUCKETS,
+    bucket,
+    graded_items,
+    item_rates,
+    pass_rates,
+    summary_table,
+    tally,
+)
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
 
@@ -30,6 +38,32 @@ def test_tally_counts_answers_at_the_threshold_and_never_an_error_as_a_pass():
     wins, errors = tally(records, 0.5)
     assert errors == {"format": 1, "timeout": 1, "verifier": 1}
     assert wins == {"a": 2}
+
+
+def test_unscorable_answers_are_left_out_of_the_pass_rate():
+    def rec(item_id, reward, error=None):
+        return {"id": item_id, "reward": reward, "error": error}
+
+    records = [
+        rec("a", 1.0), rec("a", 0.0, "timeout"), rec("a", 0.0, "parse"), rec("a", 1.0),
+        rec("b", 0.0, "crash"), rec("b", 0.0, "timeout"),  # nothing scored
+        rec("c", 0.0, "format"), rec("c", 1.0),
+    ]  # fmt: skip
+    rates, errors = item_rates(records, ["a", "b", "c"], 0.5)
+    assert rates == {"a": 2 / 3, "b": None, "c": 0.5}
+    assert errors == {"timeout": 2, "parse": 1, "crash": 1, "format": 1}
+
+
+def test_an_item_without_a_scored_answer_keeps_its_difficulty_and_is_counted_apart(tmp_path):
+    items = [Item(id="a", domain="math", prompt="p", difficulty="hard"),
+             Item(id="b", domain="math", prompt="p"), Item(id="c", domain="gui", prompt="p")]  # fmt: skip
+    got = graded_items(items, {"a": None, "b": 0.25, "c": None}, tmp_path, tmp_path)
+    assert [it.difficulty for it in got] == ["hard", 0.25, None]
+    table = summary_table(items, {"a": None, "b": 0.25, "c": None}).splitlines()
+    assert table[0].split()[-2:] == ["no", "grade"]
+    assert table[1].split() == ["gui", "0", "0", "0", "0", "0", "0", "-", "1"]
+    assert table[2].split() == ["math", "0", "1", "0", "0", "0", "0", "0.250", "1"]
+    assert "no grade" not in summary_table(items, {"a": 1.0, "b": 0.0, "c": 0.5})
 
 
 def test_graded_items_set_difficulty_and_keep_images_reachable(tmp_path):
