@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +174,16 @@ def run_iteration(
     generate_round(cfg, roles, items, ids, None, iteration, timings, rounds)
     if cfg.curriculum.policy == "dapo_filter":
         top_up(cfg, roles, items, iteration, timings, rounds)
+    kinds = Counter(t.reward_detail.get("error") for t in rounds.trajs if unscorable(t))
+    if kinds:
+        log.warning(
+            "iteration %d: %d of %d rollouts could not be scored (%s); %s", iteration + 1,
+            sum(kinds.values()), len(rounds.trajs),
+            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
+            "trained on as wrong answers (reward.unscorable: zero)"
+            if cfg.reward.unscorable == "zero"
+            else "left out of training (reward.unscorable: drop)",
+        )  # fmt: skip
     selected = set(rounds.selected)
     learn: dict[str, Any] = {}
     if selected:

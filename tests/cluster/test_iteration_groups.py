@@ -111,8 +111,15 @@ def one_iteration(
     return result, learner.batches, attempts
 
 
-def test_unscorable_rollouts_leave_the_update_and_the_curriculum(ray_local, scorer, tmp_path):
-    result, batches, attempts = one_iteration(ray_local, scorer, tmp_path, "drop")
+def test_unscorable_rollouts_leave_the_update_and_the_curriculum(
+    ray_local, scorer, tmp_path, caplog
+):
+    with caplog.at_level("WARNING", logger="cluster.rl_iteration"):
+        result, batches, attempts = one_iteration(ray_local, scorer, tmp_path, "drop")
+    assert (
+        "iteration 2: 4 of 6 rollouts could not be scored (timeout 4); left out of "
+        "training (reward.unscorable: drop)" in caplog.text
+    )
     # item a keeps its two scored rollouts; item b, all timeouts, is not reported at all
     assert attempts == {"a": 2, "b": 0}
     [batch] = batches
