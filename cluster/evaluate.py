@@ -21,7 +21,7 @@ import ray
 
 from actors.rollout.worker import RolloutWorker
 from cluster.placement import thread_env
-from rewards.base import ANSWER_ERRORS
+from rewards.base import ANSWER_ERRORS, is_unscorable
 from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
 
@@ -199,7 +199,7 @@ def eval_summary(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
             "items": len(passed), "answers": len(rs),
             "pass_rate": fmean(r["passed"] for r in rs), "pass_at_k": fmean(passed.values()),
             "reward": fmean(r["reward"] for r in rs), "errors": dict(sorted(errors.items())),
-            "unscorable": sum(n for k, n in errors.items() if k not in ANSWER_ERRORS),
+            "unscorable": sum(n for k, n in errors.items() if is_unscorable(k)),
         }  # fmt: skip
     if out:
         doms = list(out.values())

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rewards.base import ANSWER_ERRORS
+from rewards.base import is_unscorable
 from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
 
@@ -76,7 +76,7 @@ def item_rates(
     """Each item's pass rate over its scored answers (None without any), and the errors by
     kind, from `cluster.evaluate.answer_items`' records."""
     successes, errors = tally(records, threshold)
-    scored = Counter(r["id"] for r in records if r["error"] is None or r["error"] in ANSWER_ERRORS)
+    scored = Counter(r["id"] for r in records if not is_unscorable(r["error"]))
     return {i: successes[i] / scored[i] if scored[i] else None for i in ids}, errors
 
 
@@ -171,7 +171,7 @@ def grade_files(
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
     )
-    unscorable = sum(n for kind, n in errors.items() if kind not in ANSWER_ERRORS)
+    unscorable = sum(n for kind, n in errors.items() if is_unscorable(kind))
     return {"items": len(items), "answers": len(items) * samples, "errors": dict(errors),
             "unscorable": unscorable, "ungraded": sum(r is None for r in rates.values()),
             "table": summary_table(items, rates), "out": str(out)}  # fmt: skip

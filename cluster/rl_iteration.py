@@ -19,7 +19,7 @@ from typing import Any
 import ray
 
 from actors.weights import WeightSyncError
-from rewards.base import ANSWER_ERRORS
+from rewards.base import is_unscorable
 from rlcs.config import Config
 from rlcs.data import Item, Trajectory, decode_image
 from rlcs.group_filters import filtered_out
@@ -67,7 +67,13 @@ def score(rewards: Any, trajs: list[Trajectory], items: dict[str, Item], timeout
 def unscorable(t: Trajectory) -> bool:
     """Whether ``t``'s reward could not be computed (a timeout, a crash, a verifier fault), as
     opposed to a wrong, unformatted or unreadable answer, which scores 0 like any failure."""
-    return t.reward_detail.get("error") not in (None, *ANSWER_ERRORS)
+    return is_unscorable(t.reward_detail.get("error"))
+
+
+def counts(cfg: Config, t: Trajectory) -> bool:
+    """Whether ``t``'s reward counts, for the curriculum and the update: an unscorable rollout's
+    does not under ``reward.unscorable: drop``."""
+    return cfg.reward.unscorable == "zero" or not unscorable(t)
 
 
 def learner_batch(
@@ -124,8 +130,7 @@ def generate_round(
         score(roles.rewards, trajs, items, cfg.reward.timeout_s)
     # a rollout that could not be scored says nothing of the item or the policy: under
     # reward.unscorable "drop" it leaves its group (a group left empty is not reported)
-    drop = cfg.reward.unscorable == "drop"
-    scored = [t for t in trajs if not (drop and unscorable(t))]
+    scored = [t for t in trajs if counts(cfg, t)]
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in scored:
         groups[t.item_id].append(t)
@@ -199,12 +204,11 @@ def run_iteration(
     stats["subcategory_pass_rate"] = closed.get("subcategory_pass_rate", {})
     wall = time.perf_counter() - t_start
     metrics = _metrics(roles, rounds, items, learn, stats, timings, wall)
-    drop = cfg.reward.unscorable == "drop"
     samples = [
         {
             **t.to_dict(),
             "domain": items[t.item_id].domain,
-            "selected": t.item_id in selected and not (drop and unscorable(t)),
+            "selected": t.item_id in selected and counts(cfg, t),
             "unscorable": unscorable(t),
         }
         for t in rounds.trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
@@ -224,10 +228,9 @@ def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[
     for d, rs in sorted(by_domain.items()):
         m[f"reward/{d}"] = fmean(rs)
         m[f"pass_rate/{d}"] = fmean(1.0 if r >= 1.0 else 0.0 for r in rs)
-    errors = [t.reward_detail.get("error") for t in trajs]
     m["errors/reward"] = float(sum(1 for t in trajs if unscorable(t)))
     m["errors/dropped_rollouts"] = float(len(trajs) - len(scored))
-    m["errors/parse"] = float(errors.count("parse"))
+    m["errors/parse"] = float(sum(1 for t in trajs if t.reward_detail.get("error") == "parse"))
     m["errors/format"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
     m["response/length"] = fmean(len(t.token_ids) for t in trajs) if trajs else 0.0
     m["response/forced_answer_rate"] = (

@@ -27,6 +27,12 @@ class Verdict(NamedTuple):
 ANSWER_ERRORS = frozenset({"format", "parse"})
 
 
+def is_unscorable(error: str | None) -> bool:
+    """Whether a result's ``error`` says the answer could not be scored at all (as opposed to
+    no error, or a wrong or unreadable answer): training and grading leave such answers out."""
+    return error is not None and error not in ANSWER_ERRORS
+
+
 @dataclass(slots=True)
 class ScoreResult:
     """The result of scoring one response, as the Python API and the server return it."""
