@@ -7,8 +7,6 @@ query over 10M items touches only the columns it filters on.
 
 from __future__ import annotations
 
-import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,68 +21,7 @@ from rlcs.curriculum import (
     read_store,
 )
 from rlcs.curriculum.snapshot import LATEST
-
-#: the held-out figures a run logs (``run.eval_every``, ``run.eval_samples``) as
-#: ``eval/<kind>/<domain>`` in its ``metrics.jsonl``
-HELDOUT_KINDS = ("pass_rate", "sampled_pass_rate", "pass_at_k")
-
-
-class HeldoutLog:
-    """The held-out evaluations in a run's ``metrics.jsonl``, read incrementally: each call
-    parses only the complete lines appended since the last one, and starts over when the file
-    is replaced or shortened (a resumed run rewrites it). Safe to call from the server's
-    worker threads at once."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._lock = threading.Lock()
-        self._reset(None)
-
-    def _reset(self, inode: int | None) -> None:
-        self._inode, self._offset = inode, 0
-        self._points: dict[int, dict[str, float]] = {}
-
-    def read(self) -> dict[str, Any]:
-        """``steps`` with an evaluation, and per kind (pass_rate, sampled_pass_rate, pass_at_k)
-        each domain's value at those steps (None where that kind was not logged)."""
-        with self._lock:
-            try:
-                st = self.path.stat()
-            except FileNotFoundError:
-                self._reset(None)
-                st = None
-            if st is not None:
-                if st.st_ino != self._inode or st.st_size < self._offset:
-                    self._reset(st.st_ino)
-                if st.st_size > self._offset:
-                    self._consume()
-            points = dict(self._points)
-        steps = sorted(points)
-        out: dict[str, Any] = {"steps": steps}
-        for kind in HELDOUT_KINDS:
-            prefix = f"eval/{kind}/"
-            domains = sorted({k[len(prefix):] for p in points.values() for k in p
-                              if k.startswith(prefix)})  # fmt: skip
-            out[kind] = {d: [points[s].get(prefix + d) for s in steps] for d in domains}
-        return out
-
-    def _consume(self) -> None:
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
-        self._offset += end
-        for line in data[:end].splitlines():
-            if b'"eval/' not in line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a torn line from a kill mid-write
-                continue
-            figures = {k: v for k, v in rec.items()
-                       if k.startswith("eval/") and isinstance(v, (int, float))}  # fmt: skip
-            if figures and isinstance(rec.get("step"), int):
-                self._points[rec["step"]] = figures
+from rlcs.dashboard.metrics import MetricsLog
 
 
 class RunReader:
@@ -95,11 +32,7 @@ class RunReader:
         self.folder = self.run_dir / CURRICULUM_DIR
         self._snap_key: str | None = None
         self._snap: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
-        self._heldout = HeldoutLog(self.run_dir / "metrics.jsonl")
-
-    def heldout(self) -> dict[str, Any]:
-        """The run's held-out evaluations so far (`HeldoutLog.read`)."""
-        return self._heldout.read()
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
 
     def store(self) -> dict[str, Any]:
         return read_store(self.folder / STORE_NAME)
@@ -130,7 +63,9 @@ class RunReader:
             "iteration": last["iteration"] if last else 0,
             "updated": last["time"] if last else None,
             "snapshot_iteration": snap[1]["iteration"] if snap else None,
-            "heldout_step": (self.heldout()["steps"] or [None])[-1],
+            # the last step of metrics.jsonl: a held-out evaluation or an iteration's figures
+            # can arrive after the curriculum's record of that iteration
+            "metrics_step": self.metrics.last_step(),
         }
 
     def series(self) -> dict[str, Any]:
@@ -178,7 +113,8 @@ class RunReader:
             "tiers": tiers,
             "subcategories": dict(sorted(subcategories.items())),
             "subcategory_rates": {k: _carried(v) for k, v in sorted(held.items())},
-            "heldout": self.heldout(),
+            "heldout": self.metrics.heldout(),
+            "training": self.metrics.training(),
             "domains": domains,
             "population": population,
             "sampled": sampled,

@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -20,32 +17,19 @@ import numpy as np
 import pytest
 
 from rlcs.config import CurriculumConfig
-from rlcs.curriculum import Curriculum, curriculum_from_items, read_store
+from rlcs.curriculum import curriculum_from_items, read_store
 from rlcs.dashboard.reader import RunReader
 from rlcs.data import Item
-from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
 #: The README's screenshot is refreshed only on request (RLCS_UPDATE_SCREENSHOT=1), so that a
 #: test run leaves the working tree as it found it.
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
-TOKEN = "s3cret-dashboard-token"
+TOKEN = "s3cret-dashboard-token"  # the token of conftest.py's DashboardHarness
 PLOTS = ["plot-tiers", "plot-passrate", "plot-expansion", "plot-valid", "plot-hist", "plot-sampled"]
 
 
-def train(cur: Curriculum, iterations: int, rng: np.random.Generator, skill: np.ndarray) -> None:
-    """Simulated RL iterations: the learner gets better on the items it trains on."""
-    for _ in range(iterations):
-        idx = cur.next_batch(48)
-        succ, sizes = cur.report(cur.id_of(idx), rng.random((len(idx), 8)) < skill[idx, None])
-        chosen = idx[cur.select(succ, sizes, 48)]
-        skill[chosen] = np.minimum(skill[chosen] + 0.08, 0.99)
-        if cur.iteration % 10 == 0:
-            cur.end_iteration()
-            cur.save(cur.store.path.parents[1])
-
-
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, dashboard):
     run = tmp_path_factory.mktemp("runs") / "curriculum-demo"
     rng = np.random.default_rng(0)
     tiers = ["very_hard", "hard", "medium", "easy", "very_easy", None]
@@ -63,57 +47,14 @@ def run_dir(tmp_path_factory):
     cur = curriculum_from_items(items, config, {"math": 2, "chart": 1, "ocr": 1})
     cur.attach(run)
     skill = np.clip(rng.beta(1.2, 1.2, cur.num_items), 0.01, 0.99)
-    train(cur, 40, rng, skill)
+    dashboard.simulate(cur, 40, rng, skill, metrics=True)
     return run, cur, rng, skill
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def serve(run: Path):
-    """The dashboard app for ``run`` under uvicorn on a free local port; yields its URL."""
-    import uvicorn
-
-    from rlcs.dashboard.app import create_app
-
-    port = free_port()
-    cfg = uvicorn.Config(
-        create_app(run, token=TOKEN), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(cfg)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def server(run_dir):
-    with serve(run_dir[0]) as url:
+def server(run_dir, dashboard):
+    with dashboard.serve(run_dir[0]) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def test_api_requires_the_token_and_reports_the_run(server):
@@ -153,6 +94,14 @@ def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir,
     assert page.locator("#plot-passrate .scatterlayer .trace").count() >= 5
     assert page.is_hidden("#fig-subcategories")  # its items name no subcategories
     assert page.is_hidden("#fig-heldout")  # nor does it evaluate on held-out items
+    # the simulation's training figures, from metrics.jsonl
+    page.wait_for_selector("#plot-reward .main-svg", timeout=20_000)
+    reward = page.evaluate(
+        "document.getElementById('plot-reward').data.map((t) => [t.name, t.x.length])"
+    )
+    assert reward == [["chart", 40], ["math", 40], ["ocr", 40], ["mean", 40]]
+    trained = page.evaluate("document.getElementById('plot-accounting').data[1].y")
+    assert len(trained) == 40 and min(trained) > 0 and max(trained) <= 48
 
     rows = page.locator("#item-table tbody tr")
     assert rows.count() == 25
@@ -196,16 +145,19 @@ def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir,
 
 
 @pytest.mark.slow
-def test_live_run_refreshes_on_its_own(server, browser, run_dir):
+def test_live_run_refreshes_on_its_own(server, browser, run_dir, dashboard):
     run, cur, rng, skill = run_dir
     page = browser.new_page()
     page.goto(f"{server}/?token={TOKEN}&refresh=1")
     page.wait_for_function("document.body.dataset.iteration === '40'", timeout=20_000)
-    train(cur, 10, rng, skill)  # the writer goes on; the page is not reloaded
+    dashboard.simulate(
+        cur, 10, rng, skill, metrics=True
+    )  # the writer goes on; the page is not reloaded
     page.wait_for_function("document.body.dataset.iteration === '50'", timeout=20_000)
-    page.wait_for_function(
-        "document.getElementById('plot-valid').data[0].x.length === 50", timeout=20_000
-    )
+    for plot in ("plot-valid", "plot-reward"):
+        page.wait_for_function(
+            f"document.getElementById('{plot}').data[0].x.length === 50", timeout=20_000
+        )
     assert "as saved at iteration 50" in page.text_content("#items-note")
     page.close()
 
@@ -233,11 +185,11 @@ def test_finished_run_directory_copied_elsewhere_still_serves(run_dir, tmp_path)
     assert [r["id"] for r in items["rows"]] == [f"math-000{i}" for i in range(5)]
 
 
-def test_rlcs_dashboard_command_serves_the_run(run_dir):
+def test_rlcs_dashboard_command_serves_the_run(run_dir, dashboard):
     import subprocess
     import sys
 
-    port = free_port()
+    port = dashboard.free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir[0]), "--port", str(port)],
         stderr=subprocess.PIPE,
@@ -281,7 +233,7 @@ def test_item_table_shows_subcategories_and_the_rate_items_take_from_them(tmp_pa
     }
 
 
-def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
+def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path, dashboard):
     rng = np.random.default_rng(1)
     items = [
         Item(id=f"m{i}", domain="math", prompt="?", meta={"subcategory": ("add", "sub")[i % 2]})
@@ -291,7 +243,7 @@ def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
     run = tmp_path / "run"
     cur.attach(run)
     skill = np.where(np.arange(cur.num_items) % 2 == 0, 0.9, 0.3)
-    train(cur, 10, rng, skill)
+    dashboard.simulate(cur, 10, rng, skill)
     series = RunReader(run).series()
     names = ["math/add", "math/sub", "ocr"]
     assert list(series["subcategories"]) == names
@@ -303,7 +255,7 @@ def test_subcategory_plot_shows_each_subcategory_drawn(browser, tmp_path):
     held = {cur.category_names[c]: float(r) for c, r in enumerate(cur.category_rate)}
     assert {n: rates[n][-1] for n in names} == pytest.approx(held, abs=1e-12)
     assert rates["math/add"][-1] > rates["math/sub"][-1]  # the skills the simulation gave
-    with serve(run) as url:
+    with dashboard.serve(run) as url:
         page = browser.new_page()
         page.goto(f"{url}/?token={TOKEN}")
         page.wait_for_selector("#plot-subcategories .main-svg", timeout=20_000)
@@ -343,76 +295,6 @@ def test_a_store_written_before_subcategories_reads_without_them(tmp_path):
     store.write_iteration(row, [], [dict(sub, rate=0.7)])
     store.close()
     assert read_store(path)["subcategories"] == [dict(sub, iteration=2, rate=0.7)]
-
-
-def _eval_line(step: int, greedy: float, sampled: float | None = None) -> str:
-    import json
-
-    rec = {"step": step, "stage": "rl", "reward/mean": 0.5}
-    if greedy is not None:
-        rec |= {"eval/pass_rate/math": greedy, "eval/pass_rate/ocr": 1.0,
-                "eval/pass_rate/all": (greedy + 1.0) / 2, "eval/reward/all": 0.9}  # fmt: skip
-    if sampled is not None:
-        rec |= {"eval/sampled_pass_rate/all": sampled, "eval/pass_at_k/all": min(1.0, 2 * sampled)}
-    return json.dumps(rec) + "\n"
-
-
-def test_heldout_log_reads_what_is_appended_and_starts_over_when_rewritten(tmp_path):
-    from rlcs.dashboard.reader import HeldoutLog
-
-    path = tmp_path / "metrics.jsonl"
-    log = HeldoutLog(path)
-    assert log.read()["steps"] == []  # no file yet
-    path.write_text(_eval_line(1, None) + _eval_line(2, 0.5) + '{"step": 3, "eval/pass')
-    got = log.read()  # the torn last line waits
-    assert got["steps"] == [2]
-    assert got["pass_rate"] == {"all": [0.75], "math": [0.5], "ocr": [1.0]}
-    assert got["sampled_pass_rate"] == {} and got["pass_at_k"] == {}
-    with path.open("a") as f:  # the line is finished, and another comes
-        f.write('_rate/all": 0.8}\n' + _eval_line(4, 0.6, sampled=0.3))
-    got = log.read()
-    assert got["steps"] == [2, 3, 4]
-    assert got["pass_rate"]["all"] == [0.75, 0.8, 0.8] and got["pass_rate"]["math"] == [
-        0.5,
-        None,
-        0.6,
-    ]
-    assert got["sampled_pass_rate"] == {"all": [None, None, 0.3]}
-    assert got["pass_at_k"] == {"all": [None, None, 0.6]}
-    # a resumed run rewrites the file: shorter, and a new file
-    tmp = tmp_path / "metrics.jsonl.tmp"
-    tmp.write_text(_eval_line(2, 0.25))
-    tmp.replace(path)
-    assert log.read()["pass_rate"]["math"] == [0.25]
-
-
-def test_heldout_plot_follows_the_runs_evaluations(browser, tmp_path):
-    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
-    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
-    run = tmp_path / "run"
-    cur.attach(run)
-    train(cur, 4, np.random.default_rng(0), np.full(cur.num_items, 0.5))
-    (run / "metrics.jsonl").write_text(_eval_line(2, 0.5, sampled=0.25))
-    with serve(run) as url:
-        page = browser.new_page()
-        page.goto(f"{url}/?token={TOKEN}&refresh=1")
-        page.wait_for_selector("#plot-heldout .main-svg", timeout=20_000)
-        names = "document.getElementById('plot-heldout').data.map((t) => t.name)"
-        assert page.evaluate(names) == [
-            "math",
-            "ocr",
-            "all (greedy)",
-            "all, sampled",
-            "all, pass@k",
-        ]
-        # a new evaluation is drawn on the next poll, with no new curriculum iteration
-        with (run / "metrics.jsonl").open("a") as f:
-            f.write(_eval_line(4, 0.75, sampled=0.5))
-        page.wait_for_function(
-            "document.getElementById('plot-heldout').data[0].x.length === 2", timeout=10_000
-        )
-        assert page.evaluate("document.getElementById('plot-heldout').data[0].y") == [0.5, 0.75]
-        page.close()
 
 
 def test_a_demo_directory_is_served_through_its_rl_stage(run_dir, tmp_path):

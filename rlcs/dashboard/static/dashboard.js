@@ -12,7 +12,7 @@ const layoutBase = { margin: { l: 48, r: 12, t: 26, b: 40 },
 const config = { displayModeBar: false, responsive: true };
 let lastIteration = null;
 let lastSnapshot = null;
-let lastHeldout = null;
+let lastMetrics = null;
 let series = null;
 
 async function api(path) {
@@ -66,6 +66,45 @@ function draw() {
   Object.assign({}, layoutBase, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
   drawSubcategories();
   drawHeldout();
+  drawTraining();
+}
+
+// From the run's metrics.jsonl (RL runs only): the sampled reward of each domain and their
+// mean; and what became of each iteration's groups (rolled out over all generation rounds,
+// trained on, rejected by learner.grpo.group_filter) beside its rollouts that could not be
+// scored, were left out of training (reward.unscorable: drop) or broke the answer format.
+function drawTraining() {
+  const train = series.training || { steps: [] };
+  const empty = train.steps.length === 0;
+  document.getElementById("fig-reward").hidden = empty;
+  document.getElementById("fig-accounting").hidden = empty;
+  if (empty) return;
+  const x = train.steps;
+  const domains = Object.keys(train.reward).filter((d) => d !== "mean");
+  const rewards = domains.map((d, i) => ({ x, y: train.reward[d], name: d, type: "scatter",
+    mode: "lines+markers", marker: { size: 4 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+  if (train.reward.mean) rewards.push({ x, y: train.reward.mean, name: "mean", type: "scatter",
+    mode: "lines", line: { color: "#222", width: 3 } });
+  Plotly.react("plot-reward", rewards, Object.assign({}, layoutBase,
+    { yaxis: { range: [0, 1.05], title: { text: "reward" } } }), config);
+  const groupColors = { "rolled out": "#4393c3", trained: "#1b7837", "filtered out": "#e08214" };
+  const rolloutStyle = { "could not be scored": ["#b2182b", "dash"],
+    "left out of training": ["#b2182b", "dot"], "format error": ["#999999", "dash"] };
+  const traces = Object.entries(train.groups).map(([name, y]) => ({ x, y, name, type: "scatter",
+    mode: "lines+markers", marker: { size: 4 }, line: { color: groupColors[name] || "#555" } }));
+  let most = 0;
+  for (const [name, y] of Object.entries(train.rollouts)) {
+    most = Math.max(most, ...y.filter((v) => v !== null));
+    const [colour, dash] = rolloutStyle[name] || ["#555", "dash"];
+    traces.push({ x, y, name: `${name} (rollouts)`, yaxis: "y2", type: "scatter", mode: "lines",
+      line: { color: colour, dash } });
+  }
+  Plotly.react("plot-accounting", traces, Object.assign({}, layoutBase, {
+    yaxis: { title: { text: "groups" }, rangemode: "tozero" },
+    // counts: whole-number ticks, about four of them however few the rollouts
+    yaxis2: { title: { text: "rollouts" }, overlaying: "y", side: "right", rangemode: "tozero",
+      showgrid: false, tickmode: "linear", tick0: 0, dtick: Math.max(1, Math.ceil(most / 4)) },
+    margin: Object.assign({}, layoutBase.margin, { r: 48 }) }), config);
 }
 
 // Only for runs that evaluate on held-out items (run.eval_every): the greedy pass rate of each
@@ -162,9 +201,9 @@ async function refresh() {
   const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
   live.textContent = fresh ? "● live" : "finished or idle";
   live.className = fresh ? "on" : "";
-  if (summary.iteration !== lastIteration || summary.heldout_step !== lastHeldout) {
+  if (summary.iteration !== lastIteration || summary.metrics_step !== lastMetrics) {
     lastIteration = summary.iteration;
-    lastHeldout = summary.heldout_step;
+    lastMetrics = summary.metrics_step;
     series = await api("api/series");
     fillSelect("passrate-domain", ["all", ...series.domains], false);
     fillSelect("item-domain", summary.domains, true);
