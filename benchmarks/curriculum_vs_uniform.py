@@ -10,6 +10,9 @@ For each policy the curves are averaged over the seeds. The target is uniform's 
 rate; a policy's figure is the first evaluated RL iteration at which its mean curve reaches the
 target (``inf`` when it never does within the budget). ``ratio`` = rlcs / uniform. When
 uniform ends no higher than the SFT checkpoint, a warning says the comparison is empty.
+Equal iterations are not equal cost: ``rlcs`` rolls out more prompts than it trains on (its
+expansion ratio) and ``dapo_filter`` tops up its batch, so each policy's prompts rolled out a
+step, and until it reached the target, are printed too, with the ratio of the latter.
 
     python benchmarks/curriculum_vs_uniform.py                     # data, pretrain, SFT, 9 RL runs
     python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
@@ -144,6 +147,36 @@ def graded_split(cfg: Config, sft: Path, rl_train: Path, root: Path, samples: in
     return out
 
 
+def prompts_rolled_out(run_dir: Path) -> dict[int, int]:
+    """The prompts a run has rolled out by the end of each iteration, cumulative (each is one
+    group of ``rollout.n`` rollouts): the cost of its iterations. ``rlcs`` over-samples by its
+    expansion ratio and ``dapo_filter`` tops up, so equal iterations are not equal rollouts."""
+    from rlcs.runlog import read_metrics
+
+    total, out = 0, {}
+    for r in sorted(read_metrics(run_dir), key=lambda r: r.get("step", -1)):
+        if "curriculum/groups" in r and isinstance(r.get("step"), int):
+            total += int(r["curriculum/groups"])
+            out[r["step"]] = total
+    return out
+
+
+def cost_at(costs: list[dict[int, int]], iteration: float) -> float:
+    """The mean over seeds of the prompts rolled out by the end of ``iteration`` (inf if it
+    is inf, nan where a run's metrics do not say)."""
+    if math.isinf(iteration):
+        return math.inf
+    spent = [c.get(int(iteration)) for c in costs]
+    return math.nan if not spent or None in spent else statistics.fmean(spent)
+
+
+def within_budget(curve: dict[int, float], cost: dict[int, int], budget: float) -> float:
+    """The pass rate at the last evaluation made within ``budget`` prompts rolled out (the SFT
+    point, 0, costs none); nan when the run's metrics do not say what its iterations cost."""
+    spent = [it for it in curve if it == 0 or cost.get(it, math.inf) <= budget]
+    return curve[max(spent)] if cost else math.nan
+
+
 def first_reaching(curve: dict[int, float], target: float) -> float:
     """First RL iteration (the SFT point, 0, excluded) whose pass rate reaches ``target``."""
     for it in sorted(k for k in curve if k > 0):
@@ -196,6 +229,7 @@ def main() -> None:
     )
 
     curves: dict[str, list[dict[int, float]]] = {p: [] for p in args.policies}
+    costs: dict[str, list[dict[int, int]]] = {p: [] for p in args.policies}
     for seed in args.seeds:
         for policy in args.policies:
             name = f"{policy}-seed{seed}"
@@ -212,6 +246,7 @@ def main() -> None:
                 (root / "runs" / name / "curve.json").write_text(json.dumps(curve))
             curve = {0: start, **curve}
             curves[policy].append(curve)
+            costs[policy].append(prompts_rolled_out(root / "runs" / name))
             print(f"INFO {name}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())),
                   flush=True)  # fmt: skip
 
@@ -230,6 +265,24 @@ def main() -> None:
               flush=True)  # fmt: skip
     iters = {p: first_reaching(curve, target) for p, curve in mean.items()}
     ratio = iters.get("rlcs", math.nan) / iters["uniform"] if iters["uniform"] else math.nan
+    # the same comparison by what the iterations cost: prompts rolled out, not steps taken
+    prompts = {p: cost_at(costs[p], it) for p, it in iters.items()}
+    for p in mean:
+        spent = cost_at(costs[p], args.iterations) / args.iterations
+        print(f"INFO {p}: {spent:.1f} prompts rolled out a step; {prompts[p]:.0f} by its first "
+              f"evaluation at the target (iteration {iters[p]:g})", flush=True)  # fmt: skip
+    budget = cost_at(costs["uniform"], args.iterations)
+    equal = {p: statistics.fmean(within_budget(c, k, budget) for c, k in zip(curves[p], costs[p],
+                                                                          strict=True))
+             for p in mean}  # fmt: skip
+    print(
+        f"INFO pass rate within uniform's {budget:.0f} prompts (last evaluation inside it, "
+        "mean of seeds): " + " ".join(f"{p}={v:.4f}" for p, v in equal.items()),
+        flush=True,
+    )
+    if "rlcs" in prompts and prompts["uniform"]:
+        print(f"INFO prompt ratio (rlcs / uniform, prompts rolled out until each reaches the "
+              f"target) {prompts['rlcs'] / prompts['uniform']:.3f}", flush=True)  # fmt: skip
     print(f"INFO target (uniform's final mean pass rate) {target:.4f}; "
           f"wall {time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
     fields = [f"iters_{SHORT[p]}={iters.get(p, math.nan):g}" for p in POLICIES]

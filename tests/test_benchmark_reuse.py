@@ -66,3 +66,29 @@ def test_a_run_directory_without_recorded_settings_is_not_reused(bench, tmp_path
     with pytest.raises(SystemExit, match="did not record the settings"):
         bench.cached_curve(run, SETTINGS)
     assert (run / "curve.json").exists()
+
+
+def test_prompts_rolled_out_are_counted_from_the_runs_metrics(bench, tmp_path):
+    rows = [
+        {"step": 2, "curriculum/groups": 72.0, "loss": 0.1},
+        {"step": 1, "curriculum/groups": 48.0},
+        {"step": 2, "eval/pass_rate/all": 0.6},  # the evaluation after step 2
+        {"step": 3, "curriculum/groups": 90.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spent = bench.prompts_rolled_out(tmp_path)
+    assert spent == {1: 48, 2: 120, 3: 210}
+    other = {1: 48, 2: 96, 3: 144}
+    assert bench.cost_at([spent, other], 2) == 108.0
+    assert bench.cost_at([spent, other], float("inf")) == float("inf")
+    assert bench.cost_at([spent, {}], 2) != bench.cost_at([spent, {}], 2)  # nan: not logged
+    assert bench.prompts_rolled_out(tmp_path / "missing") == {}
+
+
+def test_the_pass_rate_within_a_budget_of_prompts(bench):
+    curve = {0: 0.5, 2: 0.6, 4: 0.7, 6: 0.8}
+    cost = {1: 90, 2: 180, 3: 270, 4: 360, 5: 450, 6: 540}
+    assert bench.within_budget(curve, cost, 576) == 0.8
+    assert bench.within_budget(curve, cost, 400) == 0.7  # iteration 4 is the last inside
+    assert bench.within_budget(curve, cost, 100) == 0.5  # only the checkpoint itself
+    assert bench.within_budget(curve, {}, 576) != bench.within_budget(curve, {}, 576)  # nan
