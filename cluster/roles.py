@@ -109,7 +109,9 @@ def start_roles(
         cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
     )
     # a restarted engine holds the base weights: bring it to the learner's before it generates
-    roles.rollout = RolloutGroup(workers, on_restart=lambda: push_weights(roles))
+    roles.rollout = RolloutGroup(
+        workers, on_restart=lambda: push_weights(roles), ship_images=cfg.cluster.ship_images
+    )
     return roles
 
 

@@ -321,6 +321,12 @@ class ClusterConfig(Section):
     )
     weight_sync: Literal["cpu_bytes", "shm", "nccl", "cuda_ipc"] = "cpu_bytes"
     weight_sync_bucket_mb: int = Field(256, ge=1)
+    ship_images: bool = Field(
+        False,
+        description="The driver reads the images of each batch it sends to the rollout "
+        "engines and sends them inside the items, so that only the driver's node needs the "
+        "data files (for nodes that share no filesystem); off, each engine opens the paths.",
+    )
 
 
 class RunConfig(Section):

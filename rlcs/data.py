@@ -98,6 +98,29 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
 _B64_RE = re.compile(r"[A-Za-z0-9+/\s]+=*")
 
 
+def inline_images(item: Item, base_dir: Path = Path("/")) -> Item:
+    """The item with each image that is a file (a path, relative to ``base_dir``) replaced by
+    its bytes as a ``data:`` URL, unchanged; base64 images stay as they are. The bytes are
+    not decoded nor re-encoded. Raises ValueError naming the item when a file cannot be read."""
+    refs = []
+    for ref in item.images:
+        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+        if ref.startswith("data:") or not path.is_file():
+            refs.append(ref)  # base64 already, or not a file: decode_image will say which
+            continue
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise ValueError(f"item {item.id!r}: cannot read image {path}: {e.strerror}") from None
+        mime = _MIME.get(path.suffix.lower(), "application/octet-stream")
+        refs.append(f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}")
+    return item.model_copy(update={"images": refs}) if item.images else item
+
+
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
+         ".gif": "image/gif", ".bmp": "image/bmp", ".tif": "image/tiff", ".tiff": "image/tiff"}  # fmt: skip
+
+
 def _b64(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-from rlcs.data import Item, Trajectory
+from rlcs.data import Item, Trajectory, inline_images
 from rlcs.prompts import balance, expected_cost
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class RolloutGroup:
         workers: list[Any],
         on_restart: Callable[[], Any] | None = None,
         restart_timeout_s: float = 300.0,
+        ship_images: bool = False,
     ):
         if not workers:
             raise ValueError("a rollout group needs at least one worker")
@@ -49,6 +50,7 @@ class RolloutGroup:
         self.restarts = 0
         self.on_restart = on_restart
         self.restart_timeout_s = restart_timeout_s
+        self.ship_images = ship_images
         self._pids: dict[int, int] = {}
 
     @classmethod
@@ -79,8 +81,11 @@ class RolloutGroup:
         return cls(workers)
 
     def generate(self, items: list[Item | dict[str, Any]], **kwargs: Any) -> list[Trajectory]:
-        """Trajectories for every item, grouped by item in input order."""
+        """Trajectories for every item, grouped by item in input order. With ``ship_images``
+        the images go to the workers inside the items (read here, on the driver's node)."""
         items = [it if isinstance(it, Item) else Item.model_validate(it) for it in items]
+        if self.ship_images:
+            items = [inline_images(it) for it in items]
         done: dict[int, list[Trajectory]] = {}
         todo = list(range(len(items)))
         self._check_restarts()

@@ -107,3 +107,51 @@ def test_worker_whose_engine_died_is_dropped_and_its_items_rerun(ray_local):
 
     with pytest.raises(Boom, match="bad image"):
         RolloutGroup([BadItems.remote()]).generate(_items(1))
+
+
+def test_shipped_images_reach_the_workers_inside_the_items(
+    ray_local, tiny_vlm, shapes_image, tmp_path
+):
+    """``cluster.ship_images``: the group reads each image on the driver and sends its bytes;
+    the real workers answer exactly as when they open the files themselves."""
+    import ray
+
+    from actors.rollout import RolloutGroup
+    from rlcs.data import Trajectory
+
+    shapes_image.save(tmp_path / "shapes.png")
+    items = [{"id": f"g{i}", "domain": "grounding", "prompt": "Where is the blue circle?",
+              "images": [str(tmp_path / "shapes.png")]} for i in range(3)]  # fmt: skip
+    cfg = dict(engine="hf", n=2, max_think_tokens=6, max_answer_tokens=6)
+    group = RolloutGroup.create(str(tiny_vlm), cfg, num_workers=1)
+    by_path = group.generate(items, step=0)
+    group.ship_images = True
+    shipped = group.generate(items, step=0)
+    assert [t.token_ids for t in shipped] == [t.token_ids for t in by_path]
+    ray.kill(group.workers[0])
+
+    @ray.remote(num_cpus=0)
+    class Recorder:
+        """Stands in for a worker on a node without the file: records what it was sent."""
+
+        def info(self):
+            return {"pid": os.getpid()}
+
+        def generate(self, items, **kw):
+            self.items = items
+            return [Trajectory(it.id, "ok", [1], [-0.1], "stop") for it in items]
+
+        def sent(self):
+            return self.items
+
+    recorder = Recorder.remote()
+    RolloutGroup([recorder], ship_images=True).generate(items)
+    sent = ray.get(recorder.sent.remote())
+    raw = (tmp_path / "shapes.png").read_bytes()
+    import base64
+
+    assert [it.images for it in sent] == [
+        ["data:image/png;base64," + base64.b64encode(raw).decode()]
+    ] * 3
+    # the driver keeps its own items as they were: paths, for the learner and the samples
+    assert items[0]["images"] == [str(tmp_path / "shapes.png")]

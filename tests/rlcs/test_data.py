@@ -1,6 +1,7 @@
 import base64
 import io
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -170,3 +171,27 @@ def test_an_output_file_is_checked_before_the_work(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(ValueError, match="afile is a file, not a folder"):
         check_output_file(tmp_path / "afile" / "out.jsonl")
+
+
+def test_inline_images_carries_the_files_bytes(tmp_path, shapes_image):
+    import numpy as np
+
+    from rlcs.data import decode_image, inline_images
+
+    shapes_image.save(tmp_path / "a.png")
+    shapes_image.save(tmp_path / "b.jpg", quality=90)
+    b64 = "data:image/png;base64," + base64.b64encode((tmp_path / "a.png").read_bytes()).decode()
+    item = Item(id="x", domain="grounding", prompt="?",
+                images=[str(tmp_path / "a.png"), "b.jpg", b64])  # fmt: skip
+    out = inline_images(item, base_dir=tmp_path)
+    assert out.images[0] == b64  # an absolute path; the bytes as they are
+    assert out.images[1].startswith("data:image/jpeg;base64,")  # relative to base_dir
+    assert out.images[2] is b64  # already inline
+    for ref, before in zip(out.images, item.images, strict=True):
+        got = np.asarray(decode_image(ref, Path("/")))
+        assert (got == np.asarray(decode_image(before, tmp_path))).all()
+    assert item.images[0] == str(tmp_path / "a.png")  # the item itself is unchanged
+    # a path that is no file is left for the worker, whose decode_image names it
+    missing = Item(id="y", domain="ocr", prompt="?", images=[str(tmp_path / "gone.png")])
+    assert inline_images(missing).images == missing.images
+    assert inline_images(Item(id="z", domain="ocr", prompt="?")).images == []
