@@ -23,7 +23,7 @@ from actors.rollout.worker import RolloutWorker
 from cluster.placement import thread_env
 from rewards.base import ANSWER_ERRORS, is_unscorable
 from rlcs.config import Config, RolloutConfig
-from rlcs.data import Item
+from rlcs.data import Item, inline_images
 
 
 def figures(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -132,13 +132,15 @@ def answer_items(
     timeout_s: float | None = None,
     progress: bool = False,
     desc: str = "eval",
+    ship_images: bool = False,
 ) -> list[dict[str, Any]]:
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
     verifiers: one `answer_records` record per answer, in item order.
 
     One rollout worker reserves ``num_cpus``; it answers ``batch_items`` items a call (all of
     them in one call by default, as `evaluate` does) and is killed at the end, also on failure.
-    Image paths must be absolute.
+    Image paths must be absolute; with ``ship_images`` (``cluster.ship_images``) they are read
+    here and sent inside the items, for a worker on a node without the files.
     """
     from tqdm import tqdm
 
@@ -163,8 +165,9 @@ def answer_items(
     ):
         for start in range(0, len(items), step):
             chunk = list(items[start : start + step])
+            sent = [inline_images(it) for it in chunk] if ship_images else chunk
             trajs = ray.get(
-                worker.generate.remote(chunk, n=samples, step=start, temperature=temperature)
+                worker.generate.remote(sent, n=samples, step=start, temperature=temperature)
             )
             scored = score_trajectories(trajs, by_id, timeout_s)
             out += answer_records(trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored))
@@ -256,6 +259,7 @@ def eval_files(
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
         batch_items=batch_items, timeout_s=cfg.reward.timeout_s, progress=progress,
+        ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ def pass_rates(
     batch_items: int = 64,
     timeout_s: float | None = None,
     progress: bool = True,
+    ship_images: bool = False,
 ) -> tuple[dict[str, float | None], Counter[str]]:
     """Each item's share of its scored answers reaching ``threshold`` (None when none of its
     ``samples`` answers could be scored), and the answers' errors by kind. A wrong or
@@ -65,7 +66,7 @@ def pass_rates(
     records = answer_items(
         model_path, items, rollout, samples, temperature=rollout.temperature,
         num_cpus=num_cpus, batch_items=batch_items, timeout_s=timeout_s, progress=progress,
-        desc="grade",
+        desc="grade", ship_images=ship_images,
     )  # fmt: skip
     return item_rates(records, [it.id for it in items], threshold)
 
@@ -167,6 +168,7 @@ def grade_files(
     rates, errors = pass_rates(
         model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
         num_cpus=num_cpus, timeout_s=cfg.reward.timeout_s, progress=progress,
+        ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out

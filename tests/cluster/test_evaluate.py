@@ -106,6 +106,13 @@ def test_evaluate_scores_the_greedy_answers_of_an_actor_and_frees_it(
     assert _same(got, _greedy(per))
     assert set(got) == {"math", "grounding", "all"}
     assert _cpus_back(ray_two_cpus)
+    # cluster.ship_images: the worker gets the images' bytes instead of their paths, and
+    # answers the same
+    from cluster.evaluate import answer_items
+
+    shipped = answer_items(tiny_vlm, items, rollout, num_cpus=2, ship_images=True)
+    assert [r["response"] for r in shipped] == [t.response for t in trajs]
+    assert _cpus_back(ray_two_cpus)
 
 
 def test_a_failed_evaluation_raises_and_still_frees_its_actor(ray_two_cpus, tiny_vlm, tmp_path):
