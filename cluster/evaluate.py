@@ -244,15 +244,15 @@ def eval_files(
 ) -> dict[str, Any]:
     """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
     answer there as JSONL (one line each, in item order)."""
-    from cluster.stage_data import absolute_images
+    from cluster.stage_data import load_rl_items
     from cluster.train import connect_ray
-    from rlcs.data import check_output_file, load_items
+    from rlcs.data import check_output_file
 
     if out is not None:
         if out.resolve() in {p.resolve() for p in inputs}:
             raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
         check_output_file(out)
-    items = [absolute_images(it, p.parent) for p in inputs for it in load_items(p)]
+    items = load_rl_items(list(inputs))
     if not items:
         raise ValueError("no items to evaluate")
     connect_ray(cfg)  # once the inputs are known to be good

@@ -91,14 +91,39 @@ def absolute_images(item: Item, base: Path) -> Item:
     return item.model_copy(update={"images": refs})
 
 
+def check_ground_truths(path: Path, items: list[Item]) -> list[Item]:
+    """``items`` (of the file ``path``) if every one's ground truth can be scored by its
+    domain's verifier (`rewards.answer_problem`); else a DatasetError naming the items that
+    cannot. Such an item would be left out of training as unscorable each time it is drawn."""
+    from rewards import answer_problem
+
+    bad = [(it.id, problem) for it in items if (problem := answer_problem(it.domain, it.answer))]
+    if bad:
+        first_id, first = bad[0]
+        more = f" (and {len(bad) - 1} more: {[i for i, _ in bad[1:6]]}" + (
+            ", ...)" if len(bad) > 6 else ")"
+        )
+        raise DatasetError(
+            path, None, f"item {first_id!r} has an answer no verifier can score against: "
+            f"{first}" + (more if len(bad) > 1 else ""),
+        )  # fmt: skip
+    return items
+
+
+def load_rl_items(paths: list[Path]) -> list[Item]:
+    """The items of ``paths`` as RL, evaluation and grading take them: validated, with their
+    ground truths checked and their image paths made absolute."""
+    return [absolute_images(it, p.parent) for p in paths
+            for it in check_ground_truths(p, load_items(p))]  # fmt: skip
+
+
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     if cfg.stage == "rl":
-        items = [absolute_images(it, p.parent) for p in train for it in load_items(p)]
+        items = load_rl_items(train)
         if not items:
             raise DatasetError(train[0], None, "no rl items")
-        eval_items = [absolute_images(it, p.parent) for p in evals for it in load_items(p)]
-        return StageData(items=items, eval_items=eval_items)
+        return StageData(items=items, eval_items=load_rl_items(evals))
     missing = [p for p in train if not p.is_file()]
     if missing:
         raise DatasetError(missing[0], None, "dataset file not found")

@@ -20,7 +20,7 @@ from typing import Any
 from rewards.base import ScoreResult, Verdict, Verifier
 from rewards.extract import FormatError, extract
 from rewards.registry import UnknownDomain, domains, register
-from rewards.scoring import DEFAULT_TIMEOUT_S, RewardScorer
+from rewards.scoring import DEFAULT_TIMEOUT_S, RewardScorer, answer_problem
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -30,6 +30,7 @@ __all__ = [
     "UnknownDomain",
     "Verdict",
     "Verifier",
+    "answer_problem",
     "configure",
     "counters",
     "domains",

@@ -71,6 +71,13 @@ class Verifier(ABC):
         the killable workers."""
         return False
 
+    def check_answer(self, answer: Any) -> str | None:
+        """Why ``answer``, an item's ground truth, could never be scored against, or None.
+        Datasets are checked with it when they are loaded, before a run starts, so it must be
+        cheap; the default checks nothing more than the scorer does for every domain (a null
+        ground truth where one is needed, its size and depth)."""
+        return None
+
     @abstractmethod
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         """Score ``extracted`` against ``answer``; raise nothing the caller must handle."""

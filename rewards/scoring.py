@@ -87,6 +87,20 @@ def _truth_problem(answer: Any, max_chars: int) -> str | None:
     return None
 
 
+def answer_problem(domain: str, answer: Any, max_chars: int = 65_536) -> str | None:
+    """Why an item's ground truth could never be scored by its domain's verifier (none, too
+    long or deep, malformed for the domain: ``Verifier.check_answer``), or None. Cheap: for
+    checking datasets when they are loaded, so that a bad item stops the run before it starts
+    instead of being left out of training as unscorable at every draw."""
+    try:
+        verifier = registry.load(registry.path_for(domain))
+    except registry.UnknownDomain:
+        return f"no verifier for domain {_short(domain)}; known: {', '.join(registry.domains())}"
+    if answer is None:
+        return "no ground truth (answer is null)" if verifier.needs_answer else None
+    return _truth_problem(answer, max_chars) or verifier.check_answer(answer)
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

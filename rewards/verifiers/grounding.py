@@ -42,6 +42,13 @@ class GroundingVerifier(Verifier):
         )
         return len(extracted) <= 512 and small_gt
 
+    def check_answer(self, answer: Any) -> str | None:
+        try:
+            parse_boxes(from_json(answer))
+        except BoxError as e:
+            return f"ground truth: {e}"
+        return None
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
             gt = parse_boxes(from_json(answer))

@@ -112,6 +112,13 @@ class GUIVerifier(Verifier):
     def bounded(self, extracted: str, answer: Any) -> bool:
         return len(extracted) <= 1024 and (isinstance(answer, dict) or len(str(answer)) <= 1024)
 
+    def check_answer(self, answer: Any) -> str | None:
+        try:
+            parse_action(answer)
+        except (ActionError, BoxError) as e:
+            return f"ground truth: {e}"
+        return None
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
             gt = parse_action(answer)

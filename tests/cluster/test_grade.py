@@ -176,3 +176,15 @@ def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
     assert main(args) == 2
     assert "not a Hugging Face model directory" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()
+    # an item whose ground truth no verifier can score against stops it before any worker
+    bad = task_files["rl_train"].with_name("bad.jsonl")  # beside the images it names
+    rows = [json.loads(line) for line in task_files["rl_train"].read_text().splitlines()]
+    grounding = next(r for r in rows if r["domain"] == "grounding")
+    grounding["answer"] = [[1, 2, 3]]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args.data, args.model = [str(bad)], str(tiny_vlm)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"item {grounding['id']!r} has an answer no verifier can score against" in err
+    assert "a box is [x1, y1, x2, y2], got [1, 2, 3]" in err
+    assert not (tmp_path / "x.jsonl").exists()

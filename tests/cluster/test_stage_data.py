@@ -25,3 +25,24 @@ def test_synthetic_data_follows_each_domains_difficulty_range(tmp_path):
     train, _ = data_files(cfg, cfg.run_dir)
     ocr = [json.loads(line) for line in train[0].read_text().splitlines() if '"ocr"' in line]
     assert ocr and all(r["meta"]["difficulty"] >= 0.9 for r in ocr)
+
+
+def test_rl_items_whose_ground_truth_cannot_be_scored_stop_the_stage(tmp_path):
+    import pytest
+
+    from rlcs.data import DatasetError
+
+    rows = [{"id": f"g{i}", "domain": "grounding", "prompt": "where?", "answer": [[0, 0, 9, 9]]}
+            for i in range(9)]  # fmt: skip
+    rows[2]["answer"], rows[5]["answer"] = [[0, 0, 9]], "nowhere"
+    rows.append({"id": "c0", "domain": "gui", "prompt": "do", "answer": {"action": "fly"}})
+    data = tmp_path / "rl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = [f"data.train={json.dumps([str(data)])}", f"run.root={tmp_path}", "model.tiny=text"]
+    cfg = load_config(None, sets)
+    with pytest.raises(DatasetError) as err:
+        load_stage_data(cfg, cfg.run_dir)
+    assert str(err.value).startswith(
+        f"{data}: item 'g2' has an answer no verifier can score against: ground truth: a box "
+        "is [x1, y1, x2, y2], got [0, 0, 9] (and 2 more: ['g5', 'c0'])"
+    )

@@ -170,3 +170,33 @@ def test_gui_bad_action_is_a_parse_error(pred):
 )
 def test_vqa(pred, gt, reward):
     assert VQAVerifier().verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("domain", "answer", "problem"),
+    [
+        ("grounding", [[10, 20, 30, 40]], None),
+        ("grounding", "[[10, 20, 30, 40], [0, 0, 5, 5]]", None),
+        ("grounding", [[1, 2, 3]], "ground truth: a box is [x1, y1, x2, y2], got [1, 2, 3]"),
+        ("grounding", "not a box", "ground truth: "),
+        ("gui", {"action": "click", "point": [3, 4]}, None),
+        ("gui", {"action": "teleport"}, "ground truth: "),
+        ("math", "3", None),  # math truths are parsed at scoring time only (not cheap)
+        ("math", None, "no ground truth (answer is null)"),
+        ("ocr", "x" * 70_000, "ground truth longer than 65536 characters"),
+        ("astrology", "Leo", "no verifier for domain 'astrology'; known: "),
+    ],
+)
+def test_answer_problem_says_which_ground_truths_can_never_be_scored(domain, answer, problem):
+    from rewards import answer_problem, score
+
+    got = answer_problem(domain, answer)
+    if problem is None:
+        assert got is None
+        return
+    assert got is not None and got.startswith(problem), got
+    if domain != "astrology":  # the scorer gives such an item the same verdict, every draw
+        result = score(
+            domain, "<think>.</think><answer><|begin_of_box|>1<|end_of_box|></answer>", answer
+        )
+        assert result.error == "answer" and result.detail.startswith(problem[:30])
