@@ -18,6 +18,11 @@ PANELS: dict[str, tuple[str, ...]] = {
     ),
     "Logprob mismatch (learner vs engine)": ("logprob_mismatch",),
     "Dynamic expansion": ("curriculum/expansion_ratio", "curriculum/valid_fraction"),
+    "Groups a step (rolled out, trained, filtered out)": (
+        "curriculum/groups",
+        "curriculum/selected",
+        "curriculum/filtered",
+    ),
     "Response length": ("response/length", "response/forced_answer_rate"),
     "Loss": ("loss",),
     "Time per phase (s)": ("time/",),

@@ -43,10 +43,15 @@ def test_report_has_plots_and_last_values(tmp_path):
     with RunLog(tmp_path, tensorboard=False) as log:
         for step in range(1, 6):
             log.log(
-                step, {"reward/mean": step / 5, "pass_rate/tier/medium": 0.5, "loss": 1.0 / step}
-            )
+                step,
+                {"reward/mean": step / 5, "pass_rate/tier/medium": 0.5, "loss": 1.0 / step,
+                 "curriculum/groups": 40.0 + step, "curriculum/selected": 32.0},
+            )  # fmt: skip
     report = write_report(tmp_path, title="tiny")
     text = report.read_text()
     assert text.startswith("# tiny") and "![Reward](report/rl-reward.png)" in text
     assert "| reward/mean | 1 |" in text
     assert (tmp_path / "report" / "rl-reward.png").stat().st_size > 2000
+    # what became of each iteration's groups has a plot of its own
+    assert "(report/rl-groups_a_step.png)" in text and "| curriculum/groups | 45 |" in text
+    assert "Held-out" not in text  # a panel with nothing logged is left out
