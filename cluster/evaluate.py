@@ -252,7 +252,7 @@ def eval_files(
         if out.resolve() in {p.resolve() for p in inputs}:
             raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
         check_output_file(out)
-    items = load_rl_items(list(inputs))
+    items = load_rl_items(list(inputs), cfg.reward.custom_domains)
     if not items:
         raise ValueError("no items to evaluate")
     connect_ray(cfg)  # once the inputs are known to be good

@@ -152,7 +152,7 @@ def grade_files(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
-    from cluster.stage_data import absolute_images, check_ground_truths
+    from cluster.stage_data import absolute_images, check_ground_truths, register_domains
     from cluster.train import connect_ray
     from rlcs.data import check_output_file, load_items, write_jsonl
 
@@ -160,7 +160,8 @@ def grade_files(
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
     check_sampling(cfg.rollout)
     check_output_file(out)
-    loaded = [(p, check_ground_truths(p, load_items(p))) for p in inputs]
+    domains = register_domains(cfg.reward.custom_domains)
+    loaded = [(p, check_ground_truths(p, load_items(p, domains))) for p in inputs]
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")

@@ -13,12 +13,13 @@ from __future__ import annotations
 import copy
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlcs.config import Config, ConfigError, SyntheticDataConfig
-from rlcs.data import DatasetError, Item, decode_image, load_items, read_rows
+from rlcs.data import KNOWN_DOMAINS, DatasetError, Item, decode_image, load_items, read_rows
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
 
@@ -110,20 +111,39 @@ def check_ground_truths(path: Path, items: list[Item]) -> list[Item]:
     return items
 
 
-def load_rl_items(paths: list[Path]) -> list[Item]:
-    """The items of ``paths`` as RL, evaluation and grading take them: validated, with their
-    ground truths checked and their image paths made absolute."""
+def register_domains(custom_domains: Mapping[str, str]) -> frozenset[str]:
+    """Register ``reward.custom_domains`` (domain -> 'module:Verifier') in this process, so
+    that its items load and their ground truths are checked here; returns every domain an
+    item may name. A path that does not import is a ValueError naming the domain."""
+    from rewards import register
+
+    for domain, path in custom_domains.items():
+        try:
+            register(domain, path)
+        except (ImportError, AttributeError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"reward.custom_domains: {domain!r}: cannot load {path!r} ({type(e).__name__}: {e})"
+            ) from None
+    return KNOWN_DOMAINS | frozenset(custom_domains)
+
+
+def load_rl_items(paths: list[Path], custom_domains: Mapping[str, str] | None = None) -> list[Item]:
+    """The items of ``paths`` as RL, evaluation and grading take them: validated (domains of
+    ``reward.custom_domains`` included), with their ground truths checked and their image
+    paths made absolute."""
+    domains = register_domains(custom_domains or {})
     return [absolute_images(it, p.parent) for p in paths
-            for it in check_ground_truths(p, load_items(p))]  # fmt: skip
+            for it in check_ground_truths(p, load_items(p, domains))]  # fmt: skip
 
 
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     if cfg.stage == "rl":
-        items = load_rl_items(train)
+        custom = cfg.reward.custom_domains
+        items = load_rl_items(train, custom)
         if not items:
             raise DatasetError(train[0], None, "no rl items")
-        return StageData(items=items, eval_items=load_rl_items(evals))
+        return StageData(items=items, eval_items=load_rl_items(evals, custom))
     missing = [p for p in train if not p.is_file()]
     if missing:
         raise DatasetError(missing[0], None, "dataset file not found")
