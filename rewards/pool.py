@@ -88,6 +88,7 @@ def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    progress[4] = 1.0  # started: the parent waits for this before its first work
     if memory_limit_mb > 0:
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
@@ -145,7 +146,8 @@ class _Worker:
 
     def __init__(self, ctx: Any, memory_limit_mb: int, spare: bool) -> None:
         parent, child = ctx.Pipe()
-        self.progress = ctx.RawArray("d", 4)  # chunk id, position, start time, chunk limit
+        # chunk id, position, start time, chunk limit, started
+        self.progress = ctx.RawArray("d", 5)
         self.proc = ctx.Process(
             target=_worker_main, args=(child, self.progress, memory_limit_mb), daemon=True
         )
@@ -199,8 +201,35 @@ class WorkerPool:
         self._closed = False
         self._next_chunk = 1
         self._workers: list[_Worker] = [self._start(spare=False) for _ in range(self.size)]
+        try:
+            self._await_started()
+        except RuntimeError:
+            for w in self._workers:
+                w.kill()
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            raise
         self._thread = threading.Thread(target=self._loop, name="reward-pool", daemon=True)
         self._thread.start()
+
+    def _await_started(self, timeout_s: float = 120.0) -> None:
+        """Wait until every first worker runs, and fail loudly if one exits before it does:
+        replacements of workers that cannot start would otherwise be started forever while
+        every caller waits."""
+        deadline = time.monotonic() + timeout_s
+        for w in self._workers:
+            while w.progress[4] != 1.0:
+                if not w.proc.is_alive() and w.progress[4] != 1.0:
+                    raise RuntimeError(
+                        f"a reward verifier worker exited as it started (exit code "
+                        f"{w.proc.exitcode}). The workers are Python multiprocessing processes "
+                        "(forkserver), which run the main script again as they start: a script "
+                        "that scores rewards when it runs must do so under "
+                        '`if __name__ == "__main__":`. Its error is printed above.'
+                    )
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"reward verifier workers did not start in {timeout_s:g}s")
+                time.sleep(0.005)
 
     # -- callers ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:

@@ -232,3 +232,27 @@ def test_made_up_domains_are_counted_as_unknown(scorer):
     counters = scorer.counters()
     assert counters["unknown"]["items"] == before + 5
     assert not set(names) & set(counters)
+
+
+def test_a_script_that_scores_unguarded_fails_at_once_instead_of_hanging(tmp_path):
+    """The verifier workers run the main script again as they start (multiprocessing's
+    forkserver): scoring at a script's top level used to restart dying workers forever."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    call = 'print(rewards.score("math", "<think>.</think><answer><|begin_of_box|>1<|end_of_box|></answer>", "1").reward)'  # noqa: E501
+    root = str(Path(__file__).resolve().parents[2])
+    scripts = {"bare.py": f"import rewards\n{call}\n",
+               "guarded.py": f"import rewards\nif __name__ == '__main__':\n    {call}\n"}  # fmt: skip
+    got = {}
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(text)
+        start = time.monotonic()
+        got[name] = subprocess.run([sys.executable, name], cwd=tmp_path, capture_output=True,
+                                   text=True, timeout=120, env={"PYTHONPATH": root})  # fmt: skip
+        assert time.monotonic() - start < 60
+    assert got["bare.py"].returncode == 1
+    assert "a reward verifier worker exited as it started" in got["bare.py"].stderr
+    assert 'if __name__ == "__main__":' in got["bare.py"].stderr
+    assert got["guarded.py"].returncode == 0 and got["guarded.py"].stdout == "1.0\n"
