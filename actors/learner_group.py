@@ -27,6 +27,7 @@ class LearnerGroup:
         config: Config,
         model_path: str | Path,
         num_cpus_per_rank: float = 1,
+        num_gpus_per_rank: float | None = None,
         placement_group: Any = None,
         schedule_timeout_s: float = 120.0,
         runtime_env: dict[str, Any] | None = None,
@@ -34,7 +35,11 @@ class LearnerGroup:
         self.config = config
         self.model_path = str(model_path)
         n = config.learner.num_ranks
-        gpus = 1 if config.cluster.device == "cuda" else 0
+        # the placement's share of a bundle (half of it when colocated with a rollout engine);
+        # one GPU a rank on CUDA when no placement says
+        gpus = num_gpus_per_rank
+        if gpus is None:
+            gpus = 1 if config.cluster.device == "cuda" else 0
         actor_cls = ray.remote(Learner)
         self.actors = []
         for rank in range(n):

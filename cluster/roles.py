@@ -58,6 +58,7 @@ def start_roles(
         cfg,
         model_path,
         num_cpus_per_rank=learner_opts["num_cpus"],
+        num_gpus_per_rank=learner_opts["num_gpus"],
         placement_group=placement.groups["learner"],
         runtime_env=learner_opts.get("runtime_env"),
     )

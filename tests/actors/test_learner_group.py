@@ -21,6 +21,7 @@ def ray_local():
     ray.init(
         address="local",
         num_cpus=2,
+        num_gpus=1,  # declared only, for the colocated share below: no rank here uses CUDA
         include_dashboard=False,
         log_to_driver=False,
         _node_ip_address="127.0.0.1",
@@ -147,3 +148,27 @@ def test_resume_continues_exactly_after_restart(ray_local, tiny_text_model, tmp_
     assert again == pytest.approx(losses[2:], rel=1e-6, abs=0)
     for name, t in final.items():
         torch.testing.assert_close(weights[name], t, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_a_colocated_rank_takes_only_its_share_of_the_bundle(ray_local, tiny_text_model):
+    """Colocated, a learner rank and a rollout engine split one bundle: the rank must ask for
+    the placement's share of its GPU, or the engine beside it can never be scheduled."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group([{"CPU": 2, "GPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+    group = LearnerGroup(_config(tiny_text_model, ranks=1, micro=1), tiny_text_model,
+                         num_cpus_per_rank=1, num_gpus_per_rank=0.5, placement_group=pg)  # fmt: skip
+
+    @ray.remote
+    class Engine:  # stands in for the rollout engine's half of the bundle
+        def gpus(self):
+            return ray.get_runtime_context().get_accelerator_ids()["GPU"]
+
+    engine = Engine.options(num_cpus=1, num_gpus=0.5, scheduling_strategy=strategy).remote()
+    assert ray.get(engine.gpus.remote(), timeout=60) == ["0"]
+    group.shutdown()
+    ray.kill(engine)
+    remove_placement_group(pg)
