@@ -106,8 +106,11 @@ def start_roles(
     layout = placement.layout(counts, {"sampler": driver_node})
     if layout:
         print(f"roles across Ray nodes: {layout}", flush=True)
+    # an engine over several GPUs joins the NCCL group with one rank for each
+    ranks = ({"engine_ranks_per_worker": cfg.rollout.tensor_parallel_size}
+             if cfg.cluster.weight_sync == "nccl" else {})  # fmt: skip
     roles.transport = make_transport(
-        cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb
+        cfg.cluster.weight_sync, workers, bucket_mb=cfg.cluster.weight_sync_bucket_mb, **ranks
     )
     # a restarted engine holds the base weights: bring it to the learner's before it generates
     roles.rollout = RolloutGroup(

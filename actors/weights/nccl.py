@@ -1,7 +1,7 @@
 """NCCL transport: the learner (rank 0) broadcasts each bucket to every engine's GPU.
 
 For learner and rollout on different GPUs or nodes. At construction the learner and each
-engine join one stateless NCCL group (vLLM's ``StatelessProcessGroup`` + ``PyNcclCommunicator``,
+engine rank (one per tensor-parallel GPU of an engine) join one stateless NCCL group (vLLM's ``StatelessProcessGroup`` + ``PyNcclCommunicator``,
 as in vLLM's RLHF example), rank 0 being the learner. Per bucket, the learner first sends the
 bucket's layout to each worker (one remote call), then broadcasts one flat buffer that the
 engines receive and stage. GPU only; covered by ``gpu``-marked tests.
@@ -25,7 +25,7 @@ class NcclTransport(WeightTransport):
     def __init__(
         self,
         *args: Any,
-        master_address: str = "127.0.0.1",
+        master_address: str | None = None,
         master_port: int | None = None,
         engine_ranks_per_worker: int = 1,
         **kwargs: Any,
@@ -52,15 +52,13 @@ class NcclTransport(WeightTransport):
 
             port = get_open_port()
         self._check_own_gpus()
-        per = self.engine_ranks_per_worker
-        world = 1 + per * len(self.workers)
-        joins = [
-            w.init_weight_group.remote(KIND, self.master_address, port, 1 + i * per, world)
-            for i, w in enumerate(self.workers)
-        ]
-        pg = StatelessProcessGroup.create(
-            host=self.master_address, port=port, rank=0, world_size=world
-        )
+        # the group's store listens where this process (the pushing learner rank) runs, at an
+        # address the engines on other nodes can reach
+        host = self.master_address or ray.util.get_node_ip_address()
+        ranks = group_ranks(self.workers, self.engine_ranks_per_worker)
+        world = 1 + self.engine_ranks_per_worker * len(self.workers)
+        joins = [w.init_weight_group.remote(KIND, host, port, first, world) for w, first in ranks]
+        pg = StatelessProcessGroup.create(host=host, port=port, rank=0, world_size=world)
         self.comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
         ray.get(joins, timeout=self.timeout_s)
 
@@ -86,6 +84,13 @@ class NcclTransport(WeightTransport):
         self.comm.broadcast(buf, src=0, stream=torch.cuda.current_stream())
         torch.cuda.synchronize()
         return refs
+
+
+def group_ranks(workers: list[Any], ranks_per_worker: int) -> list[tuple[Any, int]]:
+    """(worker, its first rank) for each worker: the learner is rank 0, and worker i's engine
+    ranks (one per tensor-parallel GPU) are 1 + i * ranks_per_worker + tp_rank, so that each
+    of the group's 1 + ranks_per_worker * len(workers) ranks is taken exactly once."""
+    return [(w, 1 + i * ranks_per_worker) for i, w in enumerate(workers)]
 
 
 def gpu_uuid(device: int | None = None) -> str:

@@ -257,6 +257,17 @@ def test_shared_gpu_workers_finds_engines_on_the_learners_gpu():
     assert shared_gpu_workers("GPU-a", [["GPU-b", "GPU-c"]]) == []
 
 
+def test_nccl_group_gives_every_tensor_parallel_rank_its_own_place():
+    """Two engines over 2 GPUs each: ranks 1-2 and 3-4 after the learner's 0, none twice and
+    none outside the group of 5 (each engine rank joins as first + its TP rank)."""
+    from actors.weights.nccl import group_ranks
+
+    for per, workers in ((1, ["a", "b", "c"]), (2, ["a", "b"]), (4, ["a"])):
+        world = 1 + per * len(workers)
+        taken = [first + tp for _, first in group_ranks(workers, per) for tp in range(per)]
+        assert sorted([0, *taken]) == list(range(world))
+
+
 def test_nccl_names_a_worker_whose_engine_cannot_join(ray_local, hf_workers):
     from actors.weights import make_transport
 
