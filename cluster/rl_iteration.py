@@ -192,6 +192,9 @@ def run_iteration(
     selected = set(rounds.selected)
     learn: dict[str, Any] = {}
     if selected:
+        if cfg.rollout.sleep_between_iterations:  # vLLM on GPU frees its memory for the learner;
+            with timed(timings, "sleep"):  # the weight push wakes it
+                roles.rollout.sleep()
         with timed(timings, "learn"):
             learn = roles.learner.train_step("rl", learner_batch(rounds.scored, selected, items))
         with timed(timings, "sync"):

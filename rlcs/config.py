@@ -140,7 +140,12 @@ class RolloutConfig(Section):
         "node's size or on the worker's own memory, so one value works on every machine.",
     )
     tensor_parallel_size: int = Field(1, ge=1)
-    sleep_between_iterations: bool = Field(False, description="vLLM sleep/wake when colocated.")
+    sleep_between_iterations: bool = Field(
+        False,
+        description="vLLM on GPU: the driver puts the engines to sleep (level 1: weights to CPU "
+        "RAM, KV cache freed) while the learner trains, for a colocated learner's memory; the "
+        "weight push wakes them. No effect on the HF engine or on CPU.",
+    )
     hf_batch_size: int = Field(
         64, ge=1, description="hf engine: sequences generated together (left-padded)."
     )

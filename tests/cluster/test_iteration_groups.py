@@ -38,12 +38,18 @@ def scorer():
     s.close()
 
 
+EVENTS: list[str] = []  # what the stand-ins were asked to do, in order
+
+
 class Rollout:
     live_workers: list = []
     restarts = 0
 
     def __init__(self, responses: dict[str, list[str]]):
         self.responses = responses
+
+    def sleep(self) -> None:
+        EVENTS.append("sleep")
 
     def generate(self, items: list[Item], step: int) -> list[Trajectory]:
         return [
@@ -60,16 +66,18 @@ class Learner:
         self.batches: list[list[dict]] = []
 
     def train_step(self, objective: str, batch: list[dict]) -> dict:
+        EVENTS.append("learn")
         self.batches.append(batch)
         return {"loss": 0.0}
 
     def push_weights(self, transport):
+        EVENTS.append("push")
         return SimpleNamespace(seconds=0.0)
 
 
 def one_iteration(
     ray_local, scorer, tmp_path, unscorable: str, responses=RESPONSES, policy="uniform", run=None,
-    **grpo,
+    rollout=None, **grpo,
 ):  # fmt: skip
     from actors.sampler import CurriculumSampler
     from cluster.rl_iteration import run_iteration
@@ -80,7 +88,7 @@ def one_iteration(
         {
             "stage": "rl",
             "model": {"tiny": "text"},
-            "rollout": {"n": 3},
+            "rollout": {"n": 3, **(rollout or {})},
             "reward": {"unscorable": unscorable, "timeout_s": 0.5},
             "curriculum": {"policy": policy},
             "learner": {"grpo": grpo},
@@ -189,3 +197,13 @@ def test_dapo_filter_tops_up_with_fresh_prompts_until_the_batch_is_full(
     assert all(attempts[i] == 2 for i in drawn)  # each drawn item reported once, whole
     assert m["curriculum/groups"] == len(drawn)
     assert m["curriculum/selected"] == len(trained)
+
+
+def test_engines_sleep_while_the_learner_trains_when_asked(ray_local, scorer, tmp_path):
+    EVENTS.clear()
+    one_iteration(ray_local, scorer, tmp_path / "a", "drop")
+    assert EVENTS == ["learn", "push"]
+    EVENTS.clear()
+    one_iteration(ray_local, scorer, tmp_path / "b", "drop",
+                  rollout={"sleep_between_iterations": True})  # fmt: skip
+    assert EVENTS == ["sleep", "learn", "push"]  # the push wakes the engines
