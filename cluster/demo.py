@@ -70,7 +70,7 @@ STAGES = ("data", "pretrain", "sft", "rl")
 #: engines, reward actors and the sampler, and runs GRPO. An edit to them leaves the demo's
 #: earlier stages kept on ``--resume``.
 RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weights",
-           "data.rewrite_multiple_choice", "run.iterations", "run.prompts_per_iteration", "run.topup_rounds",
+           "run.iterations", "run.prompts_per_iteration", "run.topup_rounds",
            "run.samples_per_iteration", "run.eval_every", "run.eval_samples")  # fmt: skip
 
 

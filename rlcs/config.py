@@ -48,7 +48,6 @@ class ModelConfig(Section):
         None, description="Build a tiny model of this kind instead of loading `path`."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    trust_remote_code: bool = False
     tiny_overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Changes to the tiny model's defaults, e.g. {text: {hidden_size: 256}} for "
@@ -101,9 +100,7 @@ class DataConfig(Section):
         description="Tokens in one packed row of the learner's batches, in every stage; a "
         "pretraining text longer than this is cut; any other document longer than this is an error.",
     )
-    max_prompt_tokens: int = Field(2048, gt=0)
     pack: bool = True
-    rewrite_multiple_choice: bool = True
 
     @model_validator(mode="after")
     def _weights_positive(self) -> DataConfig:
