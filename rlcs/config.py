@@ -284,7 +284,12 @@ class LearnerConfig(Section):
     grad_clip: float = Field(1.0, ge=0.0)
     global_batch: int = Field(32, ge=1)
     micro_batch: int = Field(1, ge=1)
-    steps: int = Field(100, ge=1, description="Optimizer steps for pretrain/SFT.")
+    steps: int = Field(
+        100,
+        ge=1,
+        description="Optimizer steps for pretrain/SFT; in every stage also where lr_schedule's "
+        "decay reaches 0 (for RL, run.iterations x grpo.mini_batches).",
+    )
     freeze: list[str] = Field(
         default_factory=list,
         description="Parameter-name prefixes kept frozen, e.g. ['model.visual'] for a fixed "
@@ -300,7 +305,11 @@ class LearnerConfig(Section):
 
 
 class ClusterConfig(Section):
-    address: str | None = Field(None, description="Ray address; None starts or joins a local one.")
+    address: str | None = Field(
+        None,
+        description="Ray address to join; None joins $RAY_ADDRESS (set by `ray job submit`), "
+        "else starts a new local instance (never one already running on the machine).",
+    )
     device: Literal["cpu", "cuda"] = "cpu"
     num_nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)

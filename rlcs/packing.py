@@ -51,12 +51,16 @@ class Document:
         return len(self.input_ids)
 
 
+def check_lengths(lengths: Sequence[int], seq_len: int) -> None:
+    """A ValueError naming the first document longer than ``seq_len``."""
+    for i, n in enumerate(lengths):
+        if n > seq_len:
+            raise ValueError(f"document {i} has {n} tokens, more than seq_len={seq_len}")
+
+
 def pack(lengths: Sequence[int], seq_len: int) -> list[list[int]]:
     """First-fit-decreasing: indices of the documents in each row, each row <= ``seq_len``."""
-    too_long = [i for i, n in enumerate(lengths) if n > seq_len]
-    if too_long:
-        i = too_long[0]
-        raise ValueError(f"document {i} has {lengths[i]} tokens, more than seq_len={seq_len}")
+    check_lengths(lengths, seq_len)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     rows: list[list[int]] = []
     free: list[int] = []
@@ -107,7 +111,9 @@ def plan_step(
     lengths: Sequence[int], num_ranks: int, seq_len: int, micro_batch: int, packed: bool = True
 ) -> StepPlan:
     """Balance documents over ranks by tokens, pack each rank's share, group rows into
-    micro-batches of ``micro_batch`` rows. Unpacked, every document is its own row."""
+    micro-batches of ``micro_batch`` rows. Unpacked, every document is its own row; packed or
+    not, a document longer than ``seq_len`` is a ValueError."""
+    check_lengths(lengths, seq_len)
     ranks = []
     for share in balance_by_tokens(lengths, num_ranks):
         if packed:

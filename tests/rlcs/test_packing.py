@@ -14,6 +14,12 @@ def test_pack_first_fit_decreasing_respects_seq_len():
     assert rows == [[4, 3], [0, 1], [2]]
     with pytest.raises(ValueError, match="document 1 has 9 tokens, more than seq_len=8"):
         pack([3, 9], seq_len=8)
+    # unpacked (data.pack: false), each document is its own row, and still no longer than that
+    from rlcs.packing import plan_step
+
+    assert plan_step([3, 8], 1, 8, 1, packed=False).ranks == [[[[0]], [[1]]]]
+    with pytest.raises(ValueError, match="document 1 has 9 tokens, more than seq_len=8"):
+        plan_step([3, 9], 1, 8, 1, packed=False)
 
 
 def test_balance_by_tokens_evens_out_ranks():
