@@ -37,6 +37,17 @@ def _iteration_line(step: int, math: float, unscorable: int = 0, filtered: int |
     return json.dumps(rec) + "\n"
 
 
+def _curriculum_run(tmp_path, dashboard, iterations: int):
+    """A run directory with the sampler's state after ``iterations`` simulated iterations over
+    50 math items, and no metrics.jsonl yet."""
+    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    dashboard.simulate(cur, iterations, np.random.default_rng(0), np.full(cur.num_items, 0.5))
+    return run
+
+
 def test_metrics_log_reads_what_is_appended_and_starts_over_when_rewritten(tmp_path):
     path = tmp_path / "metrics.jsonl"
     log = MetricsLog(path)
@@ -90,11 +101,7 @@ def test_training_figures_by_step(tmp_path):
 
 
 def test_heldout_plot_follows_the_runs_evaluations(browser, tmp_path, dashboard):
-    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
-    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
-    run = tmp_path / "run"
-    cur.attach(run)
-    dashboard.simulate(cur, 4, np.random.default_rng(0), np.full(cur.num_items, 0.5))
+    run = _curriculum_run(tmp_path, dashboard, iterations=4)
     (run / "metrics.jsonl").write_text(_eval_line(2, 0.5, sampled=0.25))
     with dashboard.serve(run) as url:
         page = browser.new_page()
@@ -119,11 +126,7 @@ def test_heldout_plot_follows_the_runs_evaluations(browser, tmp_path, dashboard)
 
 
 def test_training_plots_follow_the_runs_iterations(browser, tmp_path, dashboard):
-    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
-    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
-    run = tmp_path / "run"
-    cur.attach(run)
-    dashboard.simulate(cur, 10, np.random.default_rng(0), np.full(cur.num_items, 0.5))
+    run = _curriculum_run(tmp_path, dashboard, iterations=10)
     with dashboard.serve(run) as url:
         page = browser.new_page()
         page.goto(f"{url}/?token={dashboard.token}&refresh=1")
