@@ -333,6 +333,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: the dashboard {problem}; pass another --dashboard-port, or 0 for "
               "none", file=sys.stderr)  # fmt: skip
         return 2
+    if args.resume and not root.exists():
+        print(f"rlcs demo: --resume: {root} does not exist; nothing to resume (drop --resume to "
+              "start a demo there)", file=sys.stderr)  # fmt: skip
+        return 2
     used = root.exists() and any(root.iterdir())
     if used and not args.resume:
         print(f"rlcs demo: {root} is not empty; remove it, pass another --run-dir, or --resume "

@@ -307,6 +307,7 @@ def resolve_target(
             raise EvalTargetError(f"--step needs a run directory; {target} is a model directory")
         if not files:
             raise EvalTargetError("give the item files to evaluate on")
+        _check_model(target)
         return target, load_config(config or DEFAULT_CONFIG, list(overrides)), files
     if not (target / "config.yaml").is_file() and (target / "rl" / "config.yaml").is_file():
         raise EvalTargetError(
@@ -336,6 +337,7 @@ def resolve_target(
                    "none was kept: run with run.export_hf_checkpoints: true")
             )  # fmt: skip
     cfg = load_config(config, list(overrides))
+    _check_model(model)
     if not files:
         if cfg.data.synthetic is not None:
             files = [target / "data" / "heldout.jsonl"]
@@ -344,6 +346,13 @@ def resolve_target(
         if not files:
             raise EvalTargetError(f"{config} names no data.eval: give the item files")
     return model, cfg, files
+
+
+def _check_model(model: Path) -> None:
+    from cluster.stage_data import model_dir_problem
+
+    if problem := model_dir_problem(model):
+        raise EvalTargetError(f"{model}: {problem}")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -191,9 +191,11 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rlcs grade: {e}", file=sys.stderr)
         return 2
+    from cluster.stage_data import model_dir_problem
+
     model = Path(args.model)
-    if not (model / "config.json").is_file():
-        print(f"rlcs grade: {model} is not a Hugging Face model directory", file=sys.stderr)
+    if problem := model_dir_problem(model):
+        print(f"rlcs grade: {model}: {problem}", file=sys.stderr)
         return 2
     cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker
     try:

@@ -34,13 +34,32 @@ class StageData:
         return {it.id: it for it in self.items}
 
 
+def model_dir_problem(path: Path) -> str | None:
+    """Why ``path`` is not a Hugging Face model directory the roles can load (no config.json,
+    a config transformers does not know, no weights), or None. Checked in the driver before
+    anything starts, so that the mistake is one line instead of an actor's traceback."""
+    if not (path / "config.json").is_file():
+        return "no config.json; not a Hugging Face model directory"
+    weights = [*path.glob("*.safetensors"), *path.glob("pytorch_model*.bin")]
+    if not weights:
+        return "no weights (*.safetensors or pytorch_model*.bin) beside its config.json"
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path)
+    except Exception as e:  # transformers raises ValueError, OSError, KeyError, ... for these
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"its config.json is not one transformers can load ({reason})"
+    return None
+
+
 def resolve_model(cfg: Config, run_dir: Path) -> Path:
     """The HF directory the learner and engines load: ``model.path``, or a tiny model built
     once into ``RUN_DIR/model``."""
     if cfg.model.path:
         path = Path(cfg.model.path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model.path {path}: no config.json; not an HF model directory")
+        if problem := model_dir_problem(path):
+            raise FileNotFoundError(f"model.path {path}: {problem}")
         return path
     from rlcs.models import build_tiny_text_model, build_tiny_vlm
 
@@ -63,11 +82,20 @@ def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:
             )
         return [Path(p) for p in cfg.data.train], [Path(p) for p in cfg.data.eval]
     out = run_dir / "data"
-    marker = out / "done.json"
+    marker, building = out / "done.json", out / "building.json"
     want = syn.model_dump(mode="json")
     if not marker.is_file() or json.loads(marker.read_text()) != want:
+        if out.is_dir() and any(out.iterdir()) and not (marker.is_file() or building.is_file()):
+            raise FileExistsError(
+                f"{out} holds files that data.synthetic did not write; move them, or give "
+                "them as data.train / data.eval instead of data.synthetic"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        building.write_text(json.dumps(want))  # an interrupted build is ours to redo
+        marker.unlink(missing_ok=True)
         build_synthetic(syn, out)
         marker.write_text(json.dumps(want))
+        building.unlink()
     return [out / f"{SPLIT_OF_STAGE[cfg.stage]}.jsonl"], [out / "heldout.jsonl"]
 
 
@@ -143,6 +171,11 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
         items = load_rl_items(train, custom)
         if not items:
             raise DatasetError(train[0], None, "no rl items")
+        absent = sorted(set(cfg.data.domain_weights) - {it.domain for it in items})
+        if absent:  # a weight for a domain no item has: its share would be sampled from nothing
+            have = ", ".join(sorted({it.domain for it in items}))
+            raise ValueError(f"data.domain_weights names {', '.join(map(repr, absent))}, which no "
+                             f"RL item has (the items' domains: {have})")  # fmt: skip
         return StageData(items=items, eval_items=load_rl_items(evals, custom))
     missing = [p for p in train if not p.is_file()]
     if missing:

@@ -21,7 +21,13 @@ from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
-from cluster.stage_data import StageData, load_stage_data, resolve_model, supervised_batch
+from cluster.stage_data import (
+    StageData,
+    load_stage_data,
+    model_dir_problem,
+    resolve_model,
+    supervised_batch,
+)
 from rlcs.config import Config, ConfigError, load_config, write_resolved
 from rlcs.group_filters import load_group_filter
 from rlcs.report import write_report
@@ -35,6 +41,8 @@ def train(cfg: Config, resume: bool = False) -> Path:
     keep = None
     if cfg.stage == "rl" and grpo.group_filter:  # a bad path stops the run before it starts
         keep = load_group_filter(grpo.group_filter, grpo.group_filter_options)
+    if cfg.model.path and (problem := model_dir_problem(Path(cfg.model.path))):
+        raise FileNotFoundError(f"model.path {cfg.model.path}: {problem}")  # before any write
     run_dir = prepare_run_dir(cfg, resume)
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
@@ -164,18 +172,24 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
                     f"{parent} is a file; the run directory would be {run_dir}"
                 )
             break
-    if (
-        not resume
-        and (run_dir / "checkpoints").exists()
-        and any((run_dir / "checkpoints").iterdir())
-    ):
+    held = [n for n in ("config.yaml", "checkpoints", "metrics.jsonl", "hf")
+            if (run_dir / n).exists()]  # fmt: skip
+    if not resume and held:
         raise FileExistsError(
-            f"{run_dir} already holds a run with checkpoints; pass --resume to continue it, or "
-            f"--set run.name=<new name> to start another"
+            f"{run_dir} already holds a run ({', '.join(held)}); pass --resume to continue it "
+            f"(or to start it over if it saved no checkpoint), --set run.name=<new name> to "
+            f"start another, or remove that directory"
         )
     if resume and not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise NotADirectoryError(
+            f"cannot create the run directory {run_dir}: {e.strerror}"
+        ) from None
+    if not os.access(run_dir, os.W_OK):
+        raise NotADirectoryError(f"the run directory {run_dir} is not writable")
     return run_dir
 
 

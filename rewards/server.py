@@ -363,12 +363,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs serve-rewards: {problem}", file=sys.stderr)
         return 2
     scorer = RewardScorer(args.workers, timeout_s=args.timeout, custom_domains=_env_domains())
+    default = getattr(args, "default_domain", "math")
+    if default not in registry.domains():
+        scorer.close()
+        print(f"rlcs serve-rewards: --default-domain {default!r} is not a domain; known: "
+              f"{', '.join(registry.domains())}", file=sys.stderr)  # fmt: skip
+        return 2
     app = create_app(
         scorer,
         token=args.token or None,
         max_body_bytes=getattr(args, "max_body_bytes", DEFAULT_MAX_BODY_BYTES),
         max_batch=getattr(args, "max_batch", DEFAULT_MAX_BATCH),
-        default_domain=getattr(args, "default_domain", "math"),
+        default_domain=default,
     )
     for domain in registry.domains():  # import every verifier now, not on the first request
         registry.load(registry.path_for(domain))

@@ -90,7 +90,10 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     try:
         img = Image.open(io.BytesIO(raw))
         img.load()
-    except (UnidentifiedImageError, OSError) as e:
+    except UnidentifiedImageError:  # PIL's message names only its in-memory buffer
+        raise ValueError(f"unreadable image (not an image format PIL can open; {len(raw)} "
+                         "bytes)") from None  # fmt: skip
+    except OSError as e:
         raise ValueError(f"unreadable image ({e.__class__.__name__}: {e})") from None
     return img.convert("RGB")
 
@@ -175,7 +178,8 @@ def load_items(
     seen: dict[str, tuple[str, int]] = {}
     for p in map(Path, paths):
         if not p.is_file():
-            raise DatasetError(p, None, "dataset file not found")
+            raise DatasetError(p, None, "a directory, not a dataset file" if p.is_dir()
+                               else "dataset file not found")  # fmt: skip
         for lineno, row in read_rows(p):
             if not isinstance(row, dict):
                 raise DatasetError(p, lineno, "a row must be a JSON object")

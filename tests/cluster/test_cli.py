@@ -123,7 +123,7 @@ def test_servers_refuse_a_port_in_use_before_announcing_it(tmp_path, capsys):
         assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
-def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys):
+def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_text_model):
     """A mistake in the data, the model or an output path is reported in a second, not after
     Ray has started, and leaves no half-made run behind."""
     import cluster.train
@@ -146,14 +146,38 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys):
             "list.jsonl:1: a row must be a JSON object",
         ("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'afile'}"):
             "afile is a file",
-        ("eval", str(tmp_path / "model"), str(tmp_path / "list.jsonl")): "a row must be a JSON object",
-        ("eval", str(tmp_path / "model"), str(tmp_path / "empty.jsonl"), "--out", str(tmp_path)):
+        ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl")): "a row must be a JSON object",
+        ("eval", str(tiny_text_model), str(tmp_path / "empty.jsonl"), "--out", str(tmp_path)):
             "is a directory; give a file name",
-        ("grade", str(tmp_path / "model"), str(tmp_path / "nope.jsonl"), "--out", "g.jsonl"):
+        ("grade", str(tiny_text_model), str(tmp_path / "nope.jsonl"), "--out", "g.jsonl"):
             "dataset file not found",
+        ("grade", str(tiny_text_model), str(tmp_path), "--out", "g.jsonl"):
+            "a directory, not a dataset file",
+        ("eval", str(tmp_path / "model"), str(tmp_path / "list.jsonl")):
+            "model: no weights (*.safetensors or pytorch_model*.bin) beside its config.json",
+        ("grade", str(tmp_path / "model"), str(tmp_path / "list.jsonl"), "--out", "g.jsonl"):
+            "model: no weights",
+        ("train", "configs/tiny-text.yaml", "--set", root, "--set", "model.tiny=null",
+         "--set", "run.name=badmodel", "--set", f"model.path={tmp_path / 'model'}"):
+            "model: no weights",
         ("demo", "--run-dir", str(tmp_path / "afile"), "--dashboard-port", "0"): "is a file",
+        ("demo", "--run-dir", str(tmp_path / "none"), "--resume", "--dashboard-port", "0"):
+            "does not exist; nothing to resume",
     }  # fmt: skip
     for argv, message in cases.items():
         assert cli.main(list(argv)) == 2, argv
         assert message in capsys.readouterr().err, argv
     assert not list((tmp_path / "runs").rglob("config.yaml"))
+    assert not (tmp_path / "runs" / "badmodel").exists()  # the bad model.path wrote nothing
+
+
+def test_the_reward_server_refuses_an_unknown_default_domain(capsys):
+    import socket
+
+    with socket.socket() as s:  # a port free now
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    argv = ["serve-rewards", "--port", port, "--workers", "1", "--default-domain", "astrology"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--default-domain 'astrology' is not a domain; known: chart, grounding, gui" in err

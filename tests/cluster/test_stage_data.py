@@ -46,3 +46,56 @@ def test_rl_items_whose_ground_truth_cannot_be_scored_stop_the_stage(tmp_path):
         f"{data}: item 'g2' has an answer no verifier can score against: ground truth: a box "
         "is [x1, y1, x2, y2], got [0, 0, 9] (and 2 more: ['g5', 'c0'])"
     )
+
+
+def test_a_run_never_writes_over_what_it_did_not_make(tmp_path):
+    """A finished run (even one whose checkpoints were removed) is refused without --resume,
+    and data.synthetic refuses a data/ folder of the user's own; an interrupted build of its
+    own is redone."""
+    import pytest
+
+    from cluster.train import prepare_run_dir
+
+    syn = 'data.synthetic={"domains": ["math"], "sizes": {"rl_train": 2, "heldout": 1, "sft": 1, "pretrain": 1}}'
+    cfg = load_config(None, ["model.tiny=text", f"run.root={tmp_path}", "run.name=r", syn])
+    run = cfg.run_dir
+    (run / "hf").mkdir(parents=True)
+    (run / "config.yaml").write_text("stage: rl\n")
+    with pytest.raises(FileExistsError, match=r"already holds a run \(config.yaml, hf\)"):
+        prepare_run_dir(cfg, resume=False)
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "hf"]
+    assert prepare_run_dir(cfg, resume=True) == run
+
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "heldout.jsonl").write_text("my own\n")
+    with pytest.raises(FileExistsError, match="holds files that data.synthetic did not write"):
+        data_files(cfg, mine)
+    assert (mine / "data" / "heldout.jsonl").read_text() == "my own\n"
+    (mine / "data" / "building.json").write_text("{}")  # a build of its own, cut short
+    train, _ = data_files(cfg, mine)
+    assert train[0].is_file() and not (mine / "data" / "building.json").exists()
+
+
+def test_model_directories_are_checked_before_anything_starts(tmp_path, tiny_text_model):
+    from cluster.stage_data import model_dir_problem
+
+    assert model_dir_problem(tiny_text_model) is None
+    assert "no config.json" in model_dir_problem(tmp_path)
+    (tmp_path / "config.json").write_text('{"foo": 1}')
+    assert "no weights" in model_dir_problem(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert "not one transformers can load" in model_dir_problem(tmp_path)
+
+
+def test_domain_weights_must_name_domains_the_items_have(tmp_path):
+    import pytest
+
+    rows = [{"id": f"m{i}", "domain": "math", "prompt": "1+1", "answer": "2"} for i in range(3)]
+    data = tmp_path / "rl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = ["model.tiny=text", f"data.train={json.dumps([str(data)])}", f"run.root={tmp_path}",
+            'data.domain_weights={"math": 1, "orc": 1}']  # fmt: skip
+    cfg = load_config(None, sets)
+    with pytest.raises(ValueError, match=r"names 'orc', which no RL item has .*: math\)"):
+        load_stage_data(cfg, cfg.run_dir)
