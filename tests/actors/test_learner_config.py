@@ -59,3 +59,13 @@ def test_lr_schedules_warm_up_from_a_nonzero_rate(schedule, expected):
     f = lr_factor(cfg, cfg.steps)
     assert [f(k) for k in range(6)] == pytest.approx(expected)
     assert f(100) == pytest.approx(expected[-1] if schedule == "constant" else 0.0, abs=1e-12)
+
+
+def test_images_without_the_projects_processor_stop_with_a_clear_message(shapes_image):
+    """A checkpoint with Hugging Face's own GLM-4.1V processor: not supported yet, and said so
+    (it used to fail on an attribute of None deep in the learner)."""
+    from actors.learner_batches import encode_images
+
+    assert encode_images(None, [1, 2], []) is None  # text documents need no processor
+    with pytest.raises(NotImplementedError, match="only for models saved with this project's"):
+        encode_images(None, [1, 2], [shapes_image])
