@@ -259,13 +259,19 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     assert "steps with one: step_00000003" in err
 
 
-def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(tmp_path):
+def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(
+    tmp_path, tiny_text_model
+):
     from cluster.evaluate import EvalTargetError, resolve_target
     from rlcs.config import load_config
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    with pytest.raises(EvalTargetError, match="model: no weights"):  # said before Ray starts
+        resolve_target(model, None, None, ["a.jsonl"])
+    shutil.rmtree(model)
+    shutil.copytree(tiny_text_model, model)
     got, cfg, files = resolve_target(model, None, None, ["a.jsonl"], ["rollout.n=3"])
     assert got == model and files == [Path("a.jsonl")] and cfg.rollout.n == 3
     assert cfg.model.tiny == "vlm"  # the default config, configs/tiny-vlm.yaml
