@@ -29,6 +29,7 @@ from cluster.stage_data import (
     supervised_batch,
 )
 from rlcs.config import Config, ConfigError, load_config, write_resolved
+from rlcs.data import make_writable_dir
 from rlcs.group_filters import load_group_filter
 from rlcs.report import write_report
 from rlcs.runlog import RunLog
@@ -182,15 +183,7 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
         )
     if resume and not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NotADirectoryError(
-            f"cannot create the run directory {run_dir}: {e.strerror}"
-        ) from None
-    if not os.access(run_dir, os.W_OK):
-        raise NotADirectoryError(f"the run directory {run_dir} is not writable")
-    return run_dir
+    return make_writable_dir(run_dir, "the run directory")
 
 
 def connect_ray(cfg: Config) -> None:

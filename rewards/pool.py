@@ -120,10 +120,8 @@ class _Job:
 
     def __init__(self, n: int, timeout_s: float, callback: Any = None) -> None:
         self.results: list[Outcome | None] = [None] * n
-        self.remaining = n
+        self.remaining, self.timeout_s, self.callback = n, timeout_s, callback
         self.done = threading.Event()
-        self.timeout_s = timeout_s
-        self.callback = callback
         if n == 0:
             self.finish()
 
@@ -153,11 +151,9 @@ class _Worker:
         )
         self.proc.start()
         child.close()
-        self.conn = parent
+        self.conn, self.chunk_id, self.spare = parent, 0, spare
         self.chunk: list[_Entry] | None = None
-        self.chunk_id = 0
         self.idle_since = time.monotonic()
-        self.spare = spare
 
     def current(self) -> tuple[int, float] | None:
         """(position, start time) of the item the worker is on, or None between items."""
@@ -173,6 +169,24 @@ class _Worker:
             self.proc.join(1.0)
         with contextlib.suppress(Exception):
             self.conn.close()
+
+
+def _await_started(workers: list[_Worker], timeout_s: float = 120.0) -> None:
+    """Wait until the first workers run; one that exits first fails the pool at once (its
+    replacements would otherwise be started forever while every caller waits)."""
+    deadline = time.monotonic() + timeout_s
+    for w in workers:
+        while w.progress[4] != 1.0:
+            if not w.proc.is_alive() and w.progress[4] != 1.0:
+                raise RuntimeError(
+                    f"a reward verifier worker exited as it started (exit code {w.proc.exitcode}; "
+                    "its error is printed above). The workers are multiprocessing processes "
+                    "(forkserver), which run the main script again as they start: a script that "
+                    'scores rewards when it runs must do so under `if __name__ == "__main__":`.'
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reward verifier workers did not start in {timeout_s:g}s")
+            time.sleep(0.005)
 
 
 class WorkerPool:
@@ -196,40 +210,18 @@ class WorkerPool:
         self._ctx = _context()
         self._pending: deque[_Entry] = deque()
         self._lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        self._closed = False
-        self._next_chunk = 1
+        self._closed, self._next_chunk = False, 1
         self._workers: list[_Worker] = [self._start(spare=False) for _ in range(self.size)]
         try:
-            self._await_started()
+            _await_started(self._workers)
         except RuntimeError:
             for w in self._workers:
                 w.kill()
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)
             raise
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._loop, name="reward-pool", daemon=True)
         self._thread.start()
-
-    def _await_started(self, timeout_s: float = 120.0) -> None:
-        """Wait until every first worker runs, and fail loudly if one exits before it does:
-        replacements of workers that cannot start would otherwise be started forever while
-        every caller waits."""
-        deadline = time.monotonic() + timeout_s
-        for w in self._workers:
-            while w.progress[4] != 1.0:
-                if not w.proc.is_alive() and w.progress[4] != 1.0:
-                    raise RuntimeError(
-                        f"a reward verifier worker exited as it started (exit code "
-                        f"{w.proc.exitcode}). The workers are Python multiprocessing processes "
-                        "(forkserver), which run the main script again as they start: a script "
-                        "that scores rewards when it runs must do so under "
-                        '`if __name__ == "__main__":`. Its error is printed above.'
-                    )
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"reward verifier workers did not start in {timeout_s:g}s")
-                time.sleep(0.005)
 
     # -- callers ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:

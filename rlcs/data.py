@@ -226,15 +226,20 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     existing = next(d for d in (parent, *parent.parents) if d.exists())
     if not existing.is_dir():
         raise ValueError(f"{flag} {path}: {existing} is a file, not a folder")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(
-            f"{flag} {path}: cannot create its folder {parent}: {e.strerror}"
-        ) from None
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: its folder {parent} is not writable")
+    make_writable_dir(parent, f"{flag} {path}: its folder")
     return path
+
+
+def make_writable_dir(folder: Path, what: str) -> Path:
+    """Create ``folder`` (and its parents) and check that it can be written in; a ValueError
+    beginning with ``what`` otherwise."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{what} {folder} cannot be created: {e.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{what} {folder} is not writable")
+    return folder
 
 
 def write_jsonl(items: list[Item] | list[dict], path: str | Path) -> Path:
