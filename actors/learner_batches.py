@@ -53,12 +53,8 @@ def encode_images(processor: Any, ids: list[int], images: list) -> dict[str, tor
     """Processor tensors for a document whose ``ids`` already hold expanded image tokens."""
     if not images:
         return None
-    if processor is None or not hasattr(processor, "image_token_counts"):
-        raise NotImplementedError(
-            "the learner encodes images only for models saved with this project's processor "
-            "(rlcs_processor.json, the tiny GLM-4.1V-architecture models); a checkpoint with "
-            "Hugging Face's own GLM-4.1V processor is not supported yet for documents with images"
-        )
+    if processor is None:
+        raise ValueError("a document has images but the model takes none (no vision tower)")
     vis = processor.image_processor(images=images, return_tensors="pt")
     image_id = processor.image_token_id
     expected = sum(processor.image_token_counts(vis["image_grid_thw"]))

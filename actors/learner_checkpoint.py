@@ -93,14 +93,15 @@ def load(engine: Any, root: str | Path, tag: str | None, rank: int) -> Any:
 def copy_tokenizer_files(src: str | Path, dst: str | Path) -> None:
     """Write the source model's tokenizer, and its processor if it has one, next to the weights."""
     src, dst = Path(src), Path(dst)
-    if (src / "rlcs_processor.json").is_file():
-        from rlcs.vlm_processor import TinyGlm4vProcessor
+    if (src / "rlcs_processor.json").is_file():  # this project's layout
+        from rlcs.vlm_processor import Glm4vImageTextProcessor
 
-        TinyGlm4vProcessor.from_pretrained(src).save_pretrained(dst)
+        Glm4vImageTextProcessor.from_pretrained(src).save_pretrained(dst)
         return
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(src).save_pretrained(dst)
-    for name in ("preprocessor_config.json", "processor_config.json", "chat_template.jinja"):
+    for name in ("preprocessor_config.json", "processor_config.json",
+                 "video_preprocessor_config.json", "chat_template.jinja"):  # fmt: skip
         if (src / name).is_file() and not (dst / name).exists():
             shutil.copy2(src / name, dst / name)

@@ -20,14 +20,14 @@ def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch
 
 
 def load_processors(path: str | Path) -> tuple[Any, Any]:
-    """(tokenizer, processor or None) for a model directory."""
+    """(tokenizer, image-text processor or None) for a model directory: this project's tiny
+    models and published GLM-4.1V-architecture checkpoints alike."""
     from transformers import AutoTokenizer
 
-    path = Path(path)
-    if (path / "rlcs_processor.json").is_file():
-        from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import load_vlm_processor
 
-        proc = TinyGlm4vProcessor.from_pretrained(path)
+    proc = load_vlm_processor(path)
+    if proc is not None:
         return proc.tokenizer, proc
     return AutoTokenizer.from_pretrained(path), None
 

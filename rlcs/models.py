@@ -103,7 +103,7 @@ def build_tiny_vlm(
     import torch
     from transformers import GenerationConfig, Glm4vConfig, Glm4vForConditionalGeneration
 
-    from rlcs.vlm_processor import TinyGlm4vProcessor, build_image_processor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor, build_image_processor
 
     path = Path(path)
     tok = build_tokenizer()
@@ -139,7 +139,7 @@ def build_tiny_vlm(
     model = model.to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(**special)
     model.save_pretrained(path)
-    TinyGlm4vProcessor(tok, build_image_processor(vision_cfg)).save_pretrained(path)
+    Glm4vImageTextProcessor(tok, build_image_processor(vision_cfg)).save_pretrained(path)
     return path
 
 

@@ -56,7 +56,7 @@ def build_sft_example(
 ) -> SFTExample:
     """Tokenise one single-turn example through the chat template.
 
-    ``processor_or_tokenizer`` is a tokenizer for text models, or a ``TinyGlm4vProcessor``-like
+    ``processor_or_tokenizer`` is a tokenizer for text models, or a ``Glm4vImageTextProcessor``-like
     processor (with ``.tokenizer`` and ``__call__(text, images)``) when there are images.
     """
     tok = getattr(processor_or_tokenizer, "tokenizer", processor_or_tokenizer)

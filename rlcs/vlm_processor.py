@@ -1,9 +1,16 @@
 """A processor for GLM-4.1V-architecture models that needs no torchvision.
 
 transformers' ``Glm4vProcessor`` builds a video processor that imports torchvision, which has
-no CPU build on PyPI. This processor pairs the tokenizer with the PIL image processor and does
+no CPU build on PyPI. This processor pairs the tokenizer with the image processor and does
 the one thing the model needs from a processor: expand each ``<|image|>`` placeholder to the
-image's token count, exactly once, and mark those tokens in ``mm_token_type_ids``.
+image's token count (``t * h * w // merge_size**2`` of its ``image_grid_thw``, as
+``Glm4vProcessor`` does), exactly once, and mark those tokens in ``mm_token_type_ids``.
+
+:func:`load_vlm_processor` reads it from either kind of model directory: one written by this
+project (``rlcs_processor.json``: the tiny models and every checkpoint trained from them) or a
+GLM-4.1V / GLM-4.5V checkpoint as published, whose ``preprocessor_config.json`` holds its image
+processor. Images are processed by the class that config names where it can be loaded, the PIL
+one otherwise, so on a GPU host with torchvision the learner sees the pixels vLLM sees.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 from PIL import Image
 
 IMAGE_TOKEN = "<|image|>"
-_CONFIG_NAME = "rlcs_processor.json"
+_CONFIG_NAME = "rlcs_processor.json"  # marks this project's layout
 
 
 def build_image_processor(
@@ -38,7 +45,7 @@ def build_image_processor(
     )
 
 
-class TinyGlm4vProcessor:
+class Glm4vImageTextProcessor:
     """Tokenizer + image processor for ``Glm4vForConditionalGeneration``."""
 
     def __init__(self, tokenizer, image_processor):
@@ -48,7 +55,7 @@ class TinyGlm4vProcessor:
         self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> TinyGlm4vProcessor:
+    def from_pretrained(cls, path: str | Path) -> Glm4vImageTextProcessor:
         from transformers import AutoTokenizer
         from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 
@@ -58,6 +65,29 @@ class TinyGlm4vProcessor:
         return cls(
             AutoTokenizer.from_pretrained(path), Glm4vImageProcessorPil.from_pretrained(path)
         )
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> Glm4vImageTextProcessor:
+        """A published GLM-4.1V-architecture checkpoint: its tokenizer and the image processor
+        of its ``preprocessor_config.json``."""
+        from transformers import AutoImageProcessor, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "preprocessor_config.json").is_file():
+            raise FileNotFoundError(
+                f"{path}: a vision model with no preprocessor_config.json (its image processor "
+                "config); copy it from the checkpoint this model came from"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if IMAGE_TOKEN not in tokenizer.get_vocab():
+            raise ValueError(f"{path}: the tokenizer has no {IMAGE_TOKEN} token for images")
+        image_processor = AutoImageProcessor.from_pretrained(path)
+        if getattr(image_processor, "merge_size", None) is None:
+            raise ValueError(
+                f"{path}: preprocessor_config.json gives {type(image_processor).__name__}, "
+                "not a GLM-4.1V image processor (no merge_size)"
+            )
+        return cls(tokenizer, image_processor)
 
     def save_pretrained(self, path: str | Path) -> None:
         path = Path(path)
@@ -129,3 +159,19 @@ class TinyGlm4vProcessor:
 
     def decode(self, ids, **kwargs: Any) -> str:
         return self.tokenizer.decode(ids, **kwargs)
+
+
+def is_vision_model(path: str | Path) -> bool:
+    """Whether the model directory's config.json has a vision tower."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    return "vision_config" in cfg
+
+
+def load_vlm_processor(path: str | Path) -> Glm4vImageTextProcessor | None:
+    """The image-text processor of a model directory, or None for a text-only model."""
+    path = Path(path)
+    if (path / _CONFIG_NAME).is_file():
+        return Glm4vImageTextProcessor.from_pretrained(path)
+    if not is_vision_model(path):
+        return None
+    return Glm4vImageTextProcessor.from_checkpoint(path)

@@ -53,9 +53,9 @@ class HFEngine:
         if self.vlm:
             from transformers import Glm4vForConditionalGeneration
 
-            from rlcs.vlm_processor import TinyGlm4vProcessor
+            from rlcs.vlm_processor import load_vlm_processor
 
-            self.processor = TinyGlm4vProcessor.from_pretrained(model_path)
+            self.processor = load_vlm_processor(model_path)
             self.tokenizer = self.processor.tokenizer
             model_cls = Glm4vForConditionalGeneration
         else:

@@ -348,11 +348,11 @@ def test_push_weights_streams_every_weight_by_hf_name(vlm_learner):
 def test_export_hf_reloads_with_processor_and_same_logits(vlm_learner, tmp_path, shapes_image):
     from transformers import Glm4vForConditionalGeneration
 
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
     out = vlm_learner.export_hf(tmp_path / "hf")
     model = Glm4vForConditionalGeneration.from_pretrained(out).eval()
-    proc = TinyGlm4vProcessor.from_pretrained(out)
+    proc = Glm4vImageTextProcessor.from_pretrained(out)
     enc = proc("<|begin_of_image|><|image|><|end_of_image|>what is this?", [shapes_image])
     with torch.no_grad():
         reloaded = model(**enc, use_cache=False).logits

@@ -61,11 +61,9 @@ def test_lr_schedules_warm_up_from_a_nonzero_rate(schedule, expected):
     assert f(100) == pytest.approx(expected[-1] if schedule == "constant" else 0.0, abs=1e-12)
 
 
-def test_images_without_the_projects_processor_stop_with_a_clear_message(shapes_image):
-    """A checkpoint with Hugging Face's own GLM-4.1V processor: not supported yet, and said so
-    (it used to fail on an attribute of None deep in the learner)."""
+def test_images_for_a_model_without_a_vision_tower_stop_with_a_clear_message(shapes_image):
     from actors.learner_batches import encode_images
 
     assert encode_images(None, [1, 2], []) is None  # text documents need no processor
-    with pytest.raises(NotImplementedError, match="only for models saved with this project's"):
+    with pytest.raises(ValueError, match="has images but the model takes none"):
         encode_images(None, [1, 2], [shapes_image])

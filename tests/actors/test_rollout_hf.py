@@ -112,7 +112,7 @@ def test_image_prompt_is_expanded_exactly_once(
     from PIL import Image
 
     from rlcs.tokenizer import build_tokenizer
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
     model = vlm(tiny_vlm)
     _push(vlm_worker, model)
@@ -132,7 +132,7 @@ def test_image_prompt_is_expanded_exactly_once(
         assert t.prompt_token_ids.count(image_id) == 12
         assert t.prompt_token_ids.count(tok.convert_tokens_to_ids("<|begin_of_image|>")) == 1
         assert len(t.logprobs) == len(t.token_ids) > 0
-    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    proc = Glm4vImageTextProcessor.from_pretrained(tiny_vlm)
     enc = proc("[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>What shapes?"
                "<|assistant|>\n", [shapes_image])  # fmt: skip
     assert enc["input_ids"][0].tolist() == trajs[0].prompt_token_ids

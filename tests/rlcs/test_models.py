@@ -50,11 +50,11 @@ def test_tiny_text_model_directory_loads(tiny_text_model):
 def test_tiny_vlm_forward_and_generate_on_a_real_image(tiny_vlm, shapes_image):
     from transformers import Glm4vForConditionalGeneration
 
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
     config = json.loads((tiny_vlm / "config.json").read_text())
     assert config["architectures"] == ["Glm4vForConditionalGeneration"]
-    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    proc = Glm4vImageTextProcessor.from_pretrained(tiny_vlm)
     model = Glm4vForConditionalGeneration.from_pretrained(tiny_vlm).eval()
     msgs = [
         {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What shapes?"}]}
@@ -103,11 +103,11 @@ def test_tiny_vlm_vision_tower_tells_patch_positions_apart(tiny_vlm, tmp_path):
     from transformers import Glm4vForConditionalGeneration
 
     from rlcs.models import build_tiny_vlm, sincos_2d
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
     def spread(path):
         model = Glm4vForConditionalGeneration.from_pretrained(path).eval()
-        proc = TinyGlm4vProcessor.from_pretrained(path)
+        proc = Glm4vImageTextProcessor.from_pretrained(path)
         enc = proc("<|image|>", [Image.new("RGB", (112, 112), "white")])
         with torch.no_grad():
             out = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
@@ -124,9 +124,9 @@ def test_tiny_vlm_vision_tower_tells_patch_positions_apart(tiny_vlm, tmp_path):
 
 
 def test_processor_refuses_double_expansion(tiny_vlm, shapes_image):
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
-    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    proc = Glm4vImageTextProcessor.from_pretrained(tiny_vlm)
     text = proc.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}]}], add_generation_prompt=True
     )
@@ -139,9 +139,9 @@ def test_processor_refuses_double_expansion(tiny_vlm, shapes_image):
 
 
 def test_processor_batches_prompts_with_and_without_images(tiny_vlm, shapes_image):
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
-    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    proc = Glm4vImageTextProcessor.from_pretrained(tiny_vlm)
     with_img = proc.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}]}], add_generation_prompt=True
     )

@@ -66,9 +66,9 @@ def test_bad_formats_are_refused():
 
 
 def test_image_example_masks_image_tokens_out(tiny_vlm, shapes_image):
-    from rlcs.vlm_processor import TinyGlm4vProcessor
+    from rlcs.vlm_processor import Glm4vImageTextProcessor
 
-    proc = TinyGlm4vProcessor.from_pretrained(tiny_vlm)
+    proc = Glm4vImageTextProcessor.from_pretrained(tiny_vlm)
     ex = build_sft_example(
         proc, "How many shapes?", RESPONSE.replace("4", "2"), images=[shapes_image]
     )
