@@ -22,10 +22,16 @@ import torch
 from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor
 from actors.learner_batches import RankStep, prepare_step
-from actors.learner_model import freeze_parameters, load_hf_model, load_processors, param_groups
+from actors.learner_model import (
+    freeze_parameters,
+    load_hf_model,
+    load_processors,
+    param_groups,
+    uses_varlen_kernel,
+)
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
-from rlcs.packing import Document, collate
+from rlcs.packing import Document, collate, varlen_lengths
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -99,8 +105,9 @@ class Learner:
             deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
-        model = load_hf_model(self.model_path)
+        model = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
         model.config.use_cache = False
+        self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
         groups = param_groups(model, lc.lr, lc.lr_groups)
         optimizer = torch.optim.AdamW(groups, lr=lc.lr, weight_decay=lc.weight_decay)
@@ -111,7 +118,8 @@ class Learner:
         )
         self.is_vlm = hasattr(model.config, "vision_config")
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
-            self.ref_model = load_hf_model(self.model_path).to(self.engine.device).eval()
+            ref = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
+            self.ref_model = ref.to(self.engine.device).eval()
             self.ref_model.requires_grad_(False)
         self.tokenizer, self.processor = load_processors(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
@@ -138,6 +146,8 @@ class Learner:
         dev = self.engine.device
         kw: dict[str, Any] = dict(input_ids=b["input_ids"].to(dev), use_cache=False)
         kw["position_ids"] = self._position_ids(b).to(dev)
+        if self.varlen:
+            kw.update(varlen_lengths(b["position_ids"].to(dev)))
         if "mm_token_type_ids" in b:
             kw["mm_token_type_ids"] = b["mm_token_type_ids"].to(dev)
         if "pixel_values" in b:

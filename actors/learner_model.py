@@ -3,6 +3,7 @@ train and at what learning rate (``learner.freeze``, ``learner.lr_groups``)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -10,13 +11,26 @@ from typing import Any
 import torch
 
 
-def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def load_hf_model(
+    path: str | Path, dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"
+) -> torch.nn.Module:
     """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
+    if attn_implementation.startswith("flash") and importlib.util.find_spec("flash_attn") is None:
+        raise ImportError(
+            f"learner.attn_implementation={attn_implementation} needs the flash-attn package on "
+            "every learner node (pip install flash-attn --no-build-isolation); or use sdpa"
+        )
     cfg = AutoConfig.from_pretrained(path)
     auto = AutoModelForImageTextToText if hasattr(cfg, "vision_config") else AutoModelForCausalLM
-    return auto.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    return auto.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+
+
+def uses_varlen_kernel(attn_implementation: str) -> bool:
+    """Whether that attention takes packed documents as cumulative lengths rather than a mask:
+    flash-attention's variable-length kernels."""
+    return attn_implementation.startswith("flash_attention")
 
 
 def load_processors(path: str | Path) -> tuple[Any, Any]:

@@ -301,6 +301,13 @@ class LearnerConfig(Section):
         "a vision tower that needs a lower rate than the language model; the schedule scales "
         "every group alike. Each prefix must match at least one trainable parameter.",
     )
+    attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] = Field(
+        "sdpa",
+        description="The learner's attention kernel. sdpa: a dense block-diagonal mask per "
+        "packed row (CPU and GPU). flash_attention_2: flash-attn's variable-length kernel, each "
+        "packed document attended alone at the cost of its own length (CUDA, bf16, the "
+        "flash-attn package on the learner's nodes). eager: plain PyTorch, for debugging.",
+    )
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
 
 
@@ -391,6 +398,18 @@ class Config(Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _flash_attention_needs_cuda_bf16(self) -> Config:
+        lc = self.learner
+        flash = lc.attn_implementation.startswith("flash")
+        if flash and (self.cluster.device != "cuda" or lc.precision != "bf16"):
+            raise ValueError(
+                f"learner.attn_implementation={lc.attn_implementation} needs "
+                "cluster.device=cuda and learner.precision=bf16 (got "
+                f"{self.cluster.device} and {lc.precision}); use sdpa otherwise"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:

@@ -1,0 +1,132 @@
+"""Packed rows under a variable-length attention kernel (``learner.attn_implementation:
+flash_attention_2``): the learner passes each document's cumulative lengths, so attention stays
+inside documents at any micro-batch size.
+
+flash-attn needs CUDA; on CPU a reference kernel with flash-attention's contract (documents
+given only as ``cu_seq_lens_q``, no mask) stands in for it inside the real model, and the
+learner's logits must equal those under SDPA's block-diagonal mask.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from actors.learner import Learner
+from rlcs.config import Config
+from rlcs.packing import Document, collate, varlen_lengths
+from tests.actors.test_learner import _config, _image
+
+REFERENCE = "rlcs_varlen_reference"
+
+
+def _reference_varlen(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+    """Causal attention within each segment of ``cu_seq_lens_q`` over the flattened batch;
+    without them, over each whole row (what a varlen kernel does when given no lengths)."""
+    b, heads, length, dim = query.shape
+    cu = kw.get("cu_seq_lens_q")
+    if cu is None:
+        cu = torch.arange(0, b * length + 1, length)
+    q, k, v = (t.transpose(1, 2).reshape(b * length, t.shape[1], dim) for t in (query, key, value))
+    out = []
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+        qs, ks, vs = (t[s:e].transpose(0, 1)[None] for t in (q, k, v))
+        ks, vs = (t.repeat_interleave(heads // t.shape[1], 1) for t in (ks, vs))
+        o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling)
+        out.append(o[0].transpose(0, 1))
+    return torch.cat(out).reshape(b, length, heads, dim), None
+
+
+@pytest.fixture(scope="module")
+def learner(tiny_vlm):
+    from transformers import AttentionInterface, AttentionMaskInterface
+
+    AttentionInterface.register(REFERENCE, _reference_varlen)
+    AttentionMaskInterface.register(REFERENCE, lambda *a, **k: None)
+    return Learner.local(_config(tiny_vlm), tiny_vlm)
+
+
+def _packed_batch(learner) -> dict:
+    """Two rows of several documents each (one with an image), the second row padded."""
+    proc = learner.processor
+    docs = []
+    for text, img in (("a red box and more words", _image("red")), ("plain text", None),
+                      ("two", None), ("a longer plain text document here", None)):  # fmt: skip
+        if img is None:
+            ids = learner.tokenizer(text, add_special_tokens=False)["input_ids"]
+            docs.append(Document(ids, [1.0] * len(ids)))
+            continue
+        enc = proc(f"<|begin_of_image|><|image|><|end_of_image|>{text}", [img])
+        images = {k: enc[k] for k in ("pixel_values", "image_grid_thw")}
+        images["mm_token_type_ids"] = enc["mm_token_type_ids"][0]
+        docs.append(Document(enc["input_ids"][0].tolist(), [1.0] * enc["input_ids"].shape[1],
+                             images=images))  # fmt: skip
+    return collate([[docs[0], docs[1]], [docs[2], docs[3]]], learner.pad_id)
+
+
+def test_varlen_lengths_cover_every_document_and_each_rows_padding():
+    docs = [Document(list(range(n)), [1.0] * n) for n in (3, 2, 4)]
+    b = collate([[docs[0], docs[1]], [docs[2]]], pad_id=0)
+    got = varlen_lengths(b["position_ids"])
+    assert got["cu_seq_lens_q"].tolist() == [0, 3, 5, 9, 10]  # row 2: a document, one pad
+    assert got["cu_seq_lens_q"].dtype == torch.int32
+    assert got["max_length_q"] == got["max_length_k"] == 4
+
+
+def test_packed_logits_under_a_varlen_kernel_equal_sdpas(learner):
+    b = _packed_batch(learner)
+    module = learner.engine.module
+    with torch.no_grad():
+        dense = learner._logits(learner.engine, b)
+        module.set_attn_implementation({"text_config": REFERENCE})
+        try:
+            learner.varlen = True
+            varlen = learner._logits(learner.engine, b)
+            learner.varlen = False  # the kernel alone, without the learner's lengths
+            crossing = learner._logits(learner.engine, b)
+        finally:
+            learner.varlen = False
+            module.set_attn_implementation({"text_config": "sdpa"})
+    real = b["doc_index"] >= 0
+    torch.testing.assert_close(varlen[real], dense[real], rtol=1e-5, atol=1e-5)
+    # documents after the first of a row see their row-mates without the lengths
+    assert (crossing[real] - dense[real]).abs().max() > 1e-3
+
+
+def test_flash_attention_is_refused_where_it_cannot_run(tiny_vlm):
+    base = {"stage": "rl", "model": {"path": str(tiny_vlm)}}
+    with pytest.raises(ValueError, match="needs cluster.device=cuda and learner.precision=bf16"):
+        Config.model_validate(base | {"learner": {"attn_implementation": "flash_attention_2"}})
+    ok = Config.model_validate(
+        base
+        | {
+            "learner": {"attn_implementation": "flash_attention_2", "precision": "bf16"},
+            "cluster": {"device": "cuda"},
+        }
+    )
+    assert ok.learner.attn_implementation == "flash_attention_2"
+    from actors.learner_model import load_hf_model
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        return  # installed here: the load would go ahead
+    with pytest.raises(ImportError, match="needs the flash-attn package"):
+        load_hf_model(tiny_vlm, attn_implementation="flash_attention_2")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn")
+def test_flash_attention_2_gives_sdpas_packed_logits_on_a_gpu(tiny_vlm):
+    """The real kernel: a bf16 learner with flash_attention_2 against the same one with SDPA."""
+    logits = {}
+    for impl in ("sdpa", "flash_attention_2"):
+        cfg = _config(tiny_vlm, precision="bf16").model_dump()
+        cfg["learner"]["attn_implementation"] = impl
+        cfg = Config.model_validate(cfg | {"cluster": {"device": "cuda"}})
+        one = Learner.local(cfg, tiny_vlm)
+        b = _packed_batch(one)
+        with torch.no_grad():
+            logits[impl] = one._logits(one.engine, b).float()[b["doc_index"] >= 0]
+    torch.testing.assert_close(logits["flash_attention_2"], logits["sdpa"], rtol=2e-2, atol=2e-2)
