@@ -288,7 +288,8 @@ class LearnerConfig(Section):
         100,
         ge=1,
         description="Optimizer steps for pretrain/SFT; in every stage also where lr_schedule's "
-        "decay reaches 0 (for RL, run.iterations x grpo.mini_batches).",
+        "decay reaches 0. Unset in RL: the run's optimizer steps, run.iterations x "
+        "grpo.mini_batches.",
     )
     freeze: list[str] = Field(
         default_factory=list,
@@ -398,6 +399,15 @@ class Config(Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _rl_schedule_spans_the_run(self) -> Config:
+        """In RL the LR schedule's horizon defaults to the run's optimizer steps, so that a
+        decaying schedule reaches 0 at the last iteration rather than at an unrelated 100."""
+        lc = self.learner
+        if self.stage == "rl" and "steps" not in lc.model_fields_set:
+            lc.steps = self.run.iterations * lc.grpo.mini_batches
+        return self
 
     @model_validator(mode="after")
     def _flash_attention_needs_cuda_bf16(self) -> Config:

@@ -142,3 +142,18 @@ def test_set_is_blamed_for_the_sections_it_names(tmp_path):
     for bad in ("rollout..n=3", ".=3"):
         with pytest.raises(ConfigError, match="has an empty part"):
             load_config(p, [bad])
+
+
+def test_rl_lr_horizon_is_the_runs_optimizer_steps_unless_set(tmp_path):
+    """A decaying schedule in RL reaches 0 at the last iteration, not at the default 100."""
+    from actors.deepspeed_config import lr_factor
+
+    base = ["model.tiny=vlm", "run.iterations=6", "learner.grpo.mini_batches=2"]
+    rl = load_config(None, [*base, "learner.lr_schedule=linear"])
+    assert rl.learner.steps == 12
+    f = lr_factor(rl.learner, rl.learner.steps)
+    assert f(0) == 1.0 and f(11) == pytest.approx(1 / 12) and f(12) == 0.0
+    assert load_config(None, [*base, "learner.steps=40"]).learner.steps == 40
+    assert load_config(None, [*base, "stage=sft"]).learner.steps == 100
+    again = load_config(write_resolved(rl, tmp_path / "run"))
+    assert again.learner.steps == 12
