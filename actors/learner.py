@@ -117,6 +117,10 @@ class Learner:
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
         )
         self.is_vlm = hasattr(model.config, "vision_config")
+        tower_trains = self.is_vlm and any(p.requires_grad for p in model.model.visual.parameters())
+        self.tower_every_pass = (
+            self.is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)
+        )
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
             ref = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
             self.ref_model = ref.to(self.engine.device).eval()
@@ -159,8 +163,32 @@ class Learner:
         self, docs: list[Document], rows: list[list[int]]
     ) -> tuple[dict[str, Any], list[Document]]:
         row_docs = [[docs[i] for i in row] for row in rows]
+        if self.tower_every_pass and not any(d.images for row in row_docs for d in row):
+            row_docs.append([self._blank_image_doc()])
         order = [d for row in row_docs for d in row]
         return collate(row_docs, self.pad_id), order
+
+    def _blank_image_doc(self) -> Document:
+        """A weight-0 row holding one blank image of the smallest grid, for a micro-batch
+        without images when several ranks train a VLM.
+
+        ZeRO gathers the vision tower's parameters (stage 3) and reduces their gradients (every
+        stage) in collectives that all ranks must join in the same order: a rank whose
+        micro-batch had no image would skip them and the ranks' collectives would no longer
+        match (a crash under gloo, a hang under NCCL). With this row every pass runs the tower
+        where an image pass does; the row's targets are ignored and its gradient is zero."""
+        vision = self.engine.module.config.vision_config
+        m = vision.spatial_merge_size
+        width = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+        ids = self.tokenizer.convert_tokens_to_ids(
+            ["<|begin_of_image|>", "<|image|>", "<|end_of_image|>"]
+        )
+        images = {
+            "pixel_values": torch.zeros(m * m, width),
+            "image_grid_thw": torch.tensor([[1, m, m]]),
+            "mm_token_type_ids": torch.tensor([0, 1, 0], dtype=torch.int32),
+        }
+        return Document(ids, [0.0, 0.0, 0.0], images=images)
 
     def _policy_temperature(self) -> float:
         """What the policy's logits are divided by: the rollout's sampling temperature, so that

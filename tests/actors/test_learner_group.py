@@ -172,3 +172,34 @@ def test_a_colocated_rank_takes_only_its_share_of_the_bundle(ray_local, tiny_tex
     group.shutdown()
     ray.kill(engine)
     remove_placement_group(pg)
+
+
+def _image_doc(color: str) -> dict:
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (112, 84), "white")
+    ImageDraw.Draw(img).rectangle([10, 10, 60, 50], fill=color)
+    return {"text": f"<|begin_of_image|><|image|><|end_of_image|>a {color} box", "images": [img]}
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_vlm_ranks_without_images_still_join_the_vision_towers_collectives(
+    ray_local, tiny_vlm, zero
+):
+    """A step whose image documents all land on one rank: the other rank's micro-batches are
+    text only, yet ZeRO gathers (stage 3) and reduces (every stage) the vision tower's
+    parameters with both ranks. Without a blank image pass on the text-only rank, gloo aborted
+    on a collective size mismatch. Two ranks must equal one rank with both documents."""
+    batches = [[_image_doc("red"), {"text": "plain text only here"}],
+               [{"text": "more words"}, _image_doc("blue"), {"text": "and more"}]]  # fmt: skip
+    stats = {}
+    for name, ranks, micro in (("one", 1, 2), ("two", 2, 1)):
+        group = LearnerGroup(_config(tiny_vlm, ranks=ranks, micro=micro, zero=zero), tiny_vlm)
+        try:
+            stats[name] = [group.train_step("pretrain", b) for b in batches]
+        finally:
+            group.shutdown()
+    assert all(min(s["rank_tokens"]) > 0 for s in stats["two"])  # both ranks had documents
+    for one, two in zip(stats["one"], stats["two"], strict=True):
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
