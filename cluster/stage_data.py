@@ -71,8 +71,10 @@ def resolve_model(cfg: Config, run_dir: Path) -> Path:
 
     path = run_dir / "model"
     if not (path / "config.json").is_file():
-        build = build_tiny_vlm if cfg.model.tiny == "vlm" else build_tiny_text_model
+        build = build_tiny_text_model if cfg.model.tiny == "text" else build_tiny_vlm
         overrides = copy.deepcopy(cfg.model.tiny_overrides)  # the builder pops sub-configs
+        if cfg.model.tiny == "vlm_moe":
+            overrides["moe"] = True
         build(path, seed=cfg.run.seed, dtype=cfg.model.dtype, **overrides)
     return path
 

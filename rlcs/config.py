@@ -44,8 +44,10 @@ class Section(BaseModel):
 
 class ModelConfig(Section):
     path: str | None = Field(None, description="HF model directory to start from.")
-    tiny: Literal["text", "vlm"] | None = Field(
-        None, description="Build a tiny model of this kind instead of loading `path`."
+    tiny: Literal["text", "vlm", "vlm_moe"] | None = Field(
+        None,
+        description="Build a tiny model of this kind instead of loading `path`: a Llama "
+        "(text), GLM-4.1V's architecture (vlm) or GLM-4.5V's mixture of experts (vlm_moe).",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tiny_overrides: dict[str, Any] = Field(
@@ -57,7 +59,9 @@ class ModelConfig(Section):
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if self.path is None and self.tiny is None:
-            raise ValueError("set either model.path (an HF directory) or model.tiny (text|vlm)")
+            raise ValueError(
+                "set either model.path (an HF directory) or model.tiny (text|vlm|vlm_moe)"
+            )
         return self
 
 

@@ -58,6 +58,10 @@ TINY_VLM_VISION: dict[str, Any] = dict(
 #: (``sincos_2d``): rows and columns both 100% (figures in docs/demo.md, "Where each patch is").
 #: ``"random"`` keeps HF's initialisation; set it in ``model.tiny_overrides``.
 TINY_VLM_POS_EMBED = "sincos"
+#: The tiny GLM-4.5V-architecture model's language-model experts (``model.tiny: vlm_moe``):
+#: four routed experts, two per token, and a shared one, after one dense layer, as in GLM-4.5V.
+TINY_VLM_MOE = dict(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                    moe_intermediate_size=64, first_k_dense_replace=1, n_group=1, topk_group=1)  # fmt: skip
 #: Image budget for the tiny VLM's processor: at most 16x16 patches (64 image tokens).
 TINY_VLM_PIXELS = dict(min_pixels=28 * 28, max_pixels=224 * 224)
 
@@ -96,12 +100,19 @@ def build_tiny_text_model(
 
 
 def build_tiny_vlm(
-    path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any
+    path: str | Path, seed: int = 0, dtype: str = "float32", moe: bool = False, **overrides: Any
 ) -> Path:
-    """Write a randomly initialised tiny ``Glm4vForConditionalGeneration``, tokenizer and
-    image-processor config to ``path``."""
+    """Write a randomly initialised tiny ``Glm4vForConditionalGeneration`` (GLM-4.1V), or with
+    ``moe`` a ``Glm4vMoeForConditionalGeneration`` (GLM-4.5V: routed and shared experts after
+    one dense layer), with its tokenizer and image-processor config, to ``path``."""
     import torch
-    from transformers import GenerationConfig, Glm4vConfig, Glm4vForConditionalGeneration
+    from transformers import (
+        GenerationConfig,
+        Glm4vConfig,
+        Glm4vForConditionalGeneration,
+        Glm4vMoeConfig,
+        Glm4vMoeForConditionalGeneration,
+    )
 
     from rlcs.vlm_processor import Glm4vImageTextProcessor, build_image_processor
 
@@ -112,10 +123,15 @@ def build_tiny_vlm(
     pos_embed = overrides.pop("vision_pos_embed", TINY_VLM_POS_EMBED)
     if pos_embed not in ("sincos", "random"):
         raise ValueError(f"vision_pos_embed must be 'sincos' or 'random', got {pos_embed!r}")
-    text_cfg = {**TINY_VLM_TEXT, **overrides.pop("text", {})}
+    text_cfg = {**TINY_VLM_TEXT, **(TINY_VLM_MOE if moe else {}), **overrides.pop("text", {})}
     vision_cfg = {**TINY_VLM_VISION, **overrides.pop("vision", {})}
     vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
-    cfg = Glm4vConfig(
+    config_cls, model_cls = (
+        (Glm4vMoeConfig, Glm4vMoeForConditionalGeneration)
+        if moe
+        else (Glm4vConfig, Glm4vForConditionalGeneration)
+    )
+    cfg = config_cls(
         text_config={
             **text_cfg,
             "vocab_size": _vocab_size(tok),
@@ -131,7 +147,7 @@ def build_tiny_vlm(
         **overrides,
     )
     torch.manual_seed(seed)
-    model = Glm4vForConditionalGeneration(cfg)
+    model = model_cls(cfg)
     if pos_embed == "sincos":
         table = model.model.visual.embeddings.position_embedding.weight
         with torch.no_grad():

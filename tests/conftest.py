@@ -43,6 +43,14 @@ def tiny_vlm(tmp_path_factory):
     return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model")
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_moe(tmp_path_factory):
+    """The tiny GLM-4.5V-architecture VLM (routed and shared experts) and its processor."""
+    from rlcs.models import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm-moe") / "model", moe=True)
+
+
 @pytest.fixture
 def shapes_image():
     """A real RGB image with a few shapes on it, 112x84."""

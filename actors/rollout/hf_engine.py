@@ -50,14 +50,14 @@ class HFEngine:
         self.batch_size = batch_size
         self.stop_ids = list(stop_ids)
         self.vlm = _is_glm4v(model_path)
-        if self.vlm:
-            from transformers import Glm4vForConditionalGeneration
+        if self.vlm:  # GLM-4.1V, or GLM-4.5V's mixture of experts
+            from transformers import AutoModelForImageTextToText
 
             from rlcs.vlm_processor import load_vlm_processor
 
             self.processor = load_vlm_processor(model_path)
             self.tokenizer = self.processor.tokenizer
-            model_cls = Glm4vForConditionalGeneration
+            model_cls = AutoModelForImageTextToText
         else:
             self.processor = None
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -182,14 +182,17 @@ def _image_doc(color: str) -> dict:
     return {"text": f"<|begin_of_image|><|image|><|end_of_image|>a {color} box", "images": [img]}
 
 
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("kind,zero", [("vlm", 2), ("vlm", 3), ("vlm_moe", 3)])
 def test_vlm_ranks_without_images_still_join_the_vision_towers_collectives(
-    ray_local, tiny_vlm, zero
+    ray_local, request, kind, zero
 ):
     """A step whose image documents all land on one rank: the other rank's micro-batches are
     text only, yet ZeRO gathers (stage 3) and reduces (every stage) the vision tower's
     parameters with both ranks. Without a blank image pass on the text-only rank, gloo aborted
-    on a collective size mismatch. Two ranks must equal one rank with both documents."""
+    on a collective size mismatch. Two ranks must equal one rank with both documents; the
+    GLM-4.5V architecture too, whose experts are one parameter per layer, so an expert that
+    gets no token on a rank still takes part."""
+    tiny_vlm = request.getfixturevalue("tiny_vlm" if kind == "vlm" else "tiny_vlm_moe")
     batches = [[_image_doc("red"), {"text": "plain text only here"}],
                [{"text": "more words"}, _image_doc("blue"), {"text": "and more"}]]  # fmt: skip
     stats = {}
