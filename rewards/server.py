@@ -47,7 +47,8 @@ from rewards.scoring import RewardScorer, counted_domain
 #: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
 DOCS_ASSETS = "/docs/assets"
 OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
-ROUTES = ("/v1/score", "/v1/score/batch", "/get_reward", "/v1/domains", "/metrics", *OPEN_PATHS)
+SCORING = ("/v1/score", "/v1/score/batch", "/get_reward")
+ROUTES = (*SCORING, "/v1/domains", "/metrics", *OPEN_PATHS)
 
 
 def _open(path: str) -> bool:
@@ -190,6 +191,13 @@ class _Gate:
                     status_code=401,
                     headers={"WWW-Authenticate": "Bearer"},
                 )
+        if scope["method"] == "POST" and scope["path"] in SCORING:
+            given = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
+            if media := _not_json(given):
+                return JSONResponse(
+                    {"detail": f"expected Content-Type application/json, got {media}"},
+                    status_code=415,
+                )
         for name, value in scope.get("headers") or []:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
                 return self._too_large()
@@ -214,6 +222,15 @@ class _Gate:
             {"detail": f"request body larger than the limit of {self.max_body} bytes"},
             status_code=413,
         )
+
+
+def _not_json(content_type: str) -> str | None:
+    """The media type of a Content-Type that is not JSON, or None. As in FastAPI, no header at
+    all reads as JSON, and so does any ``*/json`` or ``*/*+json``; any other body would be
+    refused as "not a valid dictionary", which does not say that the header is the cause."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    subtype = media.rpartition("/")[2]
+    return None if not media or subtype == "json" or subtype.endswith("+json") else media
 
 
 def _json_response(content: Any, status_code: int = 200) -> Response:

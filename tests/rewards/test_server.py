@@ -188,6 +188,22 @@ def test_auth_and_limits(server):
     assert r.status_code == 422 and "limit of 256" in r.text
 
 
+def test_a_body_that_is_not_json_is_refused_naming_its_content_type(server):
+    body = json.dumps({"domain": "math", "response": glm("1"), "answer": "1"})
+    for path, ctype in [("/v1/score", "text/plain"), ("/v1/score/batch", "text/plain"),
+                        ("/get_reward", "application/x-www-form-urlencoded")]:  # fmt: skip
+        r = server.post(path, content=body, headers={"content-type": ctype})
+        assert r.status_code == 415, (path, r.text)
+        assert r.json() == {"detail": f"expected Content-Type application/json, got {ctype}"}
+    for ctype in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        r = server.post("/v1/score", content=body, headers={"content-type": ctype})
+        assert r.status_code == 200 and r.json()["reward"] == 1.0, ctype
+    url = str(server.base_url).rstrip("/") + "/v1/score"
+    r = httpx.post(url, content=body, headers={"content-type": "text/plain"})
+    assert r.status_code == 401  # without the token, the token is what is wrong
+    assert 'rlcs_reward_requests_total{code="415",path="/v1/score"}' in server.get("/metrics").text
+
+
 def test_domains_docs_and_metrics(server):
     assert {"math", "gui", "hang"} <= set(server.get("/v1/domains").json()["domains"])
     assert server.get("/docs").status_code == 200
