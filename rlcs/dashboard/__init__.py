@@ -10,16 +10,53 @@ import argparse
 import sys
 from pathlib import Path
 
+#: What marks a directory as a run: `rlcs train` writes these first (config.yaml, metrics.jsonl)
+#: and the sampler its state (curriculum/).
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "curriculum")
+#: What a run writes before its config.yaml: its synthetic data and its tiny model.
+STARTING = {"data", "model"}
+#: What `rlcs demo` writes into its directory when it starts (cluster.demo.DEMO_MARKER).
+DEMO_MARKER = "demo-run.json"
+
+
+def is_run(path: Path) -> bool:
+    return any((path / name).exists() for name in RUN_MARKERS)
+
+
+def is_demo(path: Path) -> bool:
+    """A directory `rlcs demo` writes: a run per stage."""
+    return (path / DEMO_MARKER).is_file() or any(
+        (path / stage / "config.yaml").is_file() for stage in ("pretrain", "sft", "rl")
+    )
+
 
 def resolve_run_dir(path: Path) -> Path:
     """The run whose curriculum to serve: ``path`` itself, or, for the directory `rlcs demo`
     writes (a run per stage), its RL stage, the only one with a curriculum; a demo still in
-    pretraining or SFT gets its RL stage's future directory, served once RL begins."""
-    if (path / "curriculum").is_dir() or (path / "config.yaml").is_file():
+    its data, pretraining or SFT stage gets its RL stage's future directory, served once RL
+    begins."""
+    if is_run(path):
         return path
-    if any((path / stage / "config.yaml").is_file() for stage in ("pretrain", "sft", "rl")):
+    if is_demo(path):
         return path / "rl"
     return path
+
+
+def not_a_run(path: Path) -> str | None:
+    """Why ``path`` (a directory) cannot be served as a run, or None. An empty directory, or one
+    holding only what a run writes before its config.yaml, is a run about to start."""
+    if is_run(path) or is_demo(path):
+        return None
+    entries = sorted(path.iterdir())
+    runs = [p.name for p in entries if p.is_dir() and (is_run(p) or is_demo(p))]
+    if runs:
+        shown = ", ".join(runs[:10]) + (f" … ({len(runs)} in all)" if len(runs) > 10 else "")
+        return (f"{path} holds {'runs' if len(runs) > 1 else 'a run'}, not a run: {shown}; "
+                f"give one of them, e.g. rlcs dashboard {path / runs[0]}")  # fmt: skip
+    if {p.name for p in entries} <= STARTING:
+        return None
+    return (f"{path} holds no run: no {', '.join(RUN_MARKERS[:-1])} or {RUN_MARKERS[-1]}/ in it "
+            "or in a folder inside it; give a run directory, e.g. runs/demo/rl")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -28,6 +65,13 @@ def main(args: argparse.Namespace) -> int:
     if not given.is_dir():
         what = "not a directory" if given.exists() else "no such run directory"
         print(f"rlcs dashboard: {given}: {what}", file=sys.stderr)
+        return 2
+    try:
+        problem = not_a_run(given)
+    except OSError as e:
+        problem = f"{given} cannot be read: {e.strerror}"
+    if problem:
+        print(f"rlcs dashboard: {problem}", file=sys.stderr)
         return 2
     from rewards.argtypes import listen_error
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -316,3 +318,51 @@ def test_a_demo_directory_is_served_through_its_rl_stage(run_dir, tmp_path):
     # a run directory, and any other directory, are served as given
     assert resolve_run_dir(demo / "rl") == demo / "rl"
     assert resolve_run_dir(tmp_path) == tmp_path
+
+
+def _rlcs_dashboard(folder: Path, port: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "dashboard", str(folder), "--port", str(port)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_a_folder_of_runs_is_refused_naming_the_runs(run_dir, tmp_path, dashboard):
+    runs = tmp_path / "runs"
+    shutil.copytree(run_dir[0], runs / "curriculum-demo")
+    (runs / "sft-run").mkdir()
+    (runs / "sft-run" / "config.yaml").write_text("stage: sft\n")
+    (runs / "demo" / "data").mkdir(parents=True)  # `rlcs demo` building its data
+    (runs / "demo" / "demo-run.json").write_text("{}")
+    (runs / "notes").mkdir()
+    r = _rlcs_dashboard(runs, dashboard.free_port())
+    assert r.returncode == 2 and "http://" not in r.stderr
+    assert r.stderr.splitlines() == [
+        f"rlcs dashboard: {runs} holds runs, not a run: curriculum-demo, demo, sft-run; give one "
+        f"of them, e.g. rlcs dashboard {runs / 'curriculum-demo'}"
+    ]
+
+
+def test_a_folder_with_no_run_is_refused_and_one_about_to_start_is_served(tmp_path, dashboard):
+    from rlcs.dashboard import not_a_run, resolve_run_dir
+
+    other = tmp_path / "other"
+    (other / "photos").mkdir(parents=True)
+    (other / "notes.txt").write_text("")
+    r = _rlcs_dashboard(other, dashboard.free_port())
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"rlcs dashboard: {other} holds no run: no config.yaml, metrics.jsonl or curriculum/ in "
+        "it or in a folder inside it; give a run directory, e.g. runs/demo/rl"
+    ]
+    starting = tmp_path / "starting"  # a run building its data, before its config.yaml
+    (starting / "data").mkdir(parents=True)
+    (starting / "data" / "rl_train.jsonl").write_text("")
+    assert not_a_run(starting) is None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert not_a_run(empty) is None and resolve_run_dir(empty) == empty
+    demo = tmp_path / "demo"  # a demo still building its data is served through its RL stage
+    demo.mkdir()
+    (demo / "demo-run.json").write_text("{}")
+    assert not_a_run(demo) is None and resolve_run_dir(demo) == demo / "rl"
