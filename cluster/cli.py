@@ -10,7 +10,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rewards.argtypes import (
     add_listen_arguments,
@@ -160,13 +160,26 @@ _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 }
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: it refuses the arguments it does not know itself, so the error
+    shows the subcommand's usage (`rlcs train ...`), not the top-level one."""
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlcs",
         description="RL post-training of vision-language reasoning models with Curriculum Sampling.",
     )
     parser.add_argument("--version", action="version", version=f"rlcs {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name, (_, _, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         _ARGS[name](p)

@@ -317,11 +317,13 @@ def _domain_rewards(run_dir: Path) -> dict[str, float]:
 def main(args: argparse.Namespace) -> int:
     from rewards.argtypes import listen_error
     from rlcs.config import ConfigError
+    from rlcs.data import make_writable_dir
 
     root = Path(args.run_dir or "runs/demo")
     config = Path(args.config or DEFAULT_CONFIG)
     try:  # everything a user can get wrong is checked before the first stage starts
-        if load_config(config).data.synthetic is None:
+        cfg = load_config(config)
+        if cfg.data.synthetic is None:
             raise ConfigError(f"{config}: the demo builds its data: give a data.synthetic section")
     except ConfigError as e:
         print(f"rlcs demo: {e}", file=sys.stderr)
@@ -345,6 +347,14 @@ def main(args: argparse.Namespace) -> int:
     if used and not (root / DEMO_MARKER).is_file():
         print(f"rlcs demo: --resume: {root} holds no demo (no {DEMO_MARKER}); nothing in it is "
               "touched", file=sys.stderr)  # fmt: skip
+        return 2
+    try:  # a folder under a file, or one that cannot be written in, stops here
+        make_writable_dir(root, "--run-dir")
+        from cluster.train import check_ray_address
+
+        check_ray_address(cfg)  # as does a cluster.address or $RAY_ADDRESS that nothing answers
+    except ValueError as e:
+        print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
     run(config, root.resolve(), args.dashboard_port, args.resume)
     return 0

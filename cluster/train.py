@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, resume: bool = False) -> Path:
+    if not ray.is_initialized():
+        check_ray_address(cfg)  # an address where nothing answers stops the run before any write
     grpo = cfg.learner.grpo
     keep = None
     if cfg.stage == "rl" and grpo.group_filter:  # a bad path stops the run before it starts
@@ -186,14 +189,59 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
     return make_writable_dir(run_dir, "the run directory")
 
 
+#: How long a Ray address may take to accept a TCP connection before the run gives up on it.
+#: Left to itself, ray.init retries an address where nothing answers for minutes.
+CONNECT_TIMEOUT_S = 10.0
+
+
+class ClusterUnreachable(ValueError):
+    """Nothing answers at the Ray address the run was told to join."""
+
+
+def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing can be reached at a ``host:port`` address (``ray://`` included) within
+    ``timeout_s``, or None; an address without a port (``auto``, ``local``) is left to Ray."""
+    host, sep, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout_s:g}s"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _unreachable(cfg: Config, problem: str) -> ClusterUnreachable:
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    source = "cluster.address" if cfg.cluster.address else "$RAY_ADDRESS"
+    return ClusterUnreachable(
+        f"cannot join the Ray cluster at {address} ({source}): {problem}; start its head there "
+        f"(`ray start --head`), or unset {source} to run on a new local cluster"
+    )
+
+
+def check_ray_address(cfg: Config) -> str | None:
+    """The address ``connect_ray`` will join (None: a new local cluster); ClusterUnreachable,
+    naming it, when nothing answers there."""
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address and (problem := address_problem(address)):
+        raise _unreachable(cfg, problem)
+    return address
+
+
 def connect_ray(cfg: Config) -> None:
     """Join the cluster named by the config or RAY_ADDRESS (as under `ray job submit`), else
     start a local one."""
     if ray.is_initialized():
         return
-    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    address = check_ray_address(cfg)
     if address:
-        ray.init(address=address, log_to_driver=True)
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except ConnectionError as e:  # something answers there, but not a Ray head's GCS
+            raise _unreachable(cfg, f"no Ray head answers there ({e})") from None
     else:
         ray.init(address="local", include_dashboard=False)
 

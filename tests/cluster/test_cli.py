@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,67 @@ def test_the_reward_server_refuses_an_unknown_default_domain(capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "--default-domain 'astrology' is not a domain; known: chart, grounding, gui" in err
+
+
+def _rlcs(*argv: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """The installed `rlcs` console script, as a user runs it."""
+    exe = Path(sys.executable).with_name("rlcs")
+    return subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})  # fmt: skip
+
+
+def test_unknown_arguments_are_reported_by_the_subcommand():
+    r = _rlcs("train", "configs/tiny-text.yaml", "--bogus", "x")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0].startswith("usage: rlcs train ")
+    assert r.stderr.splitlines()[-1] == "rlcs train: error: unrecognized arguments: --bogus x"
+    r = _rlcs("dashboard", "runs/demo", "--nope")
+    assert r.stderr.startswith("usage: rlcs dashboard ") and r.returncode == 2
+    assert "rlcs dashboard: error: unrecognized arguments: --nope" in r.stderr
+    r = _rlcs("--nope")  # before any subcommand: the top-level parser's own
+    assert r.returncode == 2 and "rlcs: error: unrecognized arguments: --nope" in r.stderr
+
+
+def test_demo_refuses_a_run_dir_it_cannot_create_in_one_line(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = _rlcs("demo", "--run-dir", str(tmp_path / "afile" / "run"), "--dashboard-port", "0")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"rlcs demo: --run-dir {tmp_path / 'afile' / 'run'} cannot be created: Not a directory"
+    ]
+    assert (tmp_path / "afile").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_demo_refuses_a_run_dir_it_cannot_write_in(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    r = _rlcs("demo", "--run-dir", str(locked / "run"), "--dashboard-port", "0")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"rlcs demo: --run-dir {locked / 'run'} cannot be created: Permission denied"
+    ]
+
+
+def test_an_address_where_no_ray_head_answers_fails_at_once_naming_it(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    start = time.monotonic()
+    r = _rlcs("train", "configs/tiny-text.yaml", "--set", f"cluster.address={address}",
+              "--set", f"run.root={tmp_path / 'runs'}", timeout=60)  # fmt: skip
+    assert time.monotonic() - start < 30
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"rlcs train: cannot join the Ray cluster at {address} (cluster.address): Connection "
+        "refused; start its head there (`ray start --head`), or unset cluster.address to run "
+        "on a new local cluster"
+    ]
+    assert not (tmp_path / "runs").exists()  # stopped before the run directory was made
+    r = _rlcs("demo", "--run-dir", str(tmp_path / "demo"), "--dashboard-port", "0",
+              RAY_ADDRESS=f"ray://{address}")  # fmt: skip
+    assert r.returncode == 2
+    assert f"rlcs demo: cannot join the Ray cluster at ray://{address} ($RAY_ADDRESS)" in r.stderr
