@@ -405,23 +405,17 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig)
 
     @model_validator(mode="after")
-    def _rl_schedule_spans_the_run(self) -> Config:
-        """In RL the LR schedule's horizon defaults to the run's optimizer steps, so that a
-        decaying schedule reaches 0 at the last iteration rather than at an unrelated 100."""
+    def _cross_section_defaults_and_checks(self) -> Config:
+        """RL's LR horizon defaults to the run's optimizer steps (a decay ends with the run,
+        not at an unrelated 100); flash-attention needs CUDA and bf16."""
         lc = self.learner
         if self.stage == "rl" and "steps" not in lc.model_fields_set:
             lc.steps = self.run.iterations * lc.grpo.mini_batches
-        return self
-
-    @model_validator(mode="after")
-    def _flash_attention_needs_cuda_bf16(self) -> Config:
-        lc = self.learner
         flash = lc.attn_implementation.startswith("flash")
         if flash and (self.cluster.device != "cuda" or lc.precision != "bf16"):
             raise ValueError(
-                f"learner.attn_implementation={lc.attn_implementation} needs "
-                "cluster.device=cuda and learner.precision=bf16 (got "
-                f"{self.cluster.device} and {lc.precision}); use sdpa otherwise"
+                f"learner.attn_implementation={lc.attn_implementation} needs cluster.device=cuda "
+                f"and learner.precision=bf16 (got {self.cluster.device} and {lc.precision})"
             )
         return self
 
