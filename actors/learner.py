@@ -31,7 +31,7 @@ from actors.learner_model import (
 )
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
-from rlcs.packing import Document, collate, varlen_lengths
+from rlcs.packing import Document, collate
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -150,14 +150,21 @@ class Learner:
         dev = self.engine.device
         kw: dict[str, Any] = dict(input_ids=b["input_ids"].to(dev), use_cache=False)
         kw["position_ids"] = self._position_ids(b).to(dev)
-        if self.varlen:
-            kw.update(varlen_lengths(b["position_ids"].to(dev)))
         if "mm_token_type_ids" in b:
             kw["mm_token_type_ids"] = b["mm_token_type_ids"].to(dev)
         if "pixel_values" in b:
             kw["pixel_values"] = b["pixel_values"].to(dev)
             kw["image_grid_thw"] = b["image_grid_thw"].to(dev)
-        return model(**kw).logits
+        if not self.varlen:
+            return model(**kw).logits
+        # flash-attention: the rows end to end in one, where transformers reads each document's
+        # bounds from where its positions restart (each row's padding is a document of its own)
+        rows = kw["input_ids"].shape[0]
+        for key in ("input_ids", "position_ids", "mm_token_type_ids"):
+            if key in kw:
+                kw[key] = kw[key].reshape(*kw[key].shape[:-2], 1, -1)
+        logits = model(**kw).logits
+        return logits.reshape(rows, -1, logits.shape[-1])
 
     def _collate(
         self, docs: list[Document], rows: list[list[int]]

@@ -188,15 +188,3 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
             out["image_grid_thw"] = torch.cat(grids)
     return out
 
-
-def varlen_lengths(position_ids: torch.Tensor) -> dict[str, Any]:
-    """The cumulative sequence lengths of a collated batch's documents, for flash-attention's
-    variable-length kernel: the rows flattened end to end, a document starting wherever its
-    position is 0 (each row's padding is a segment of its own). Passed to the model beside
-    ``position_ids``, they keep attention inside each document at any micro-batch size
-    (transformers infers them from positions only for a single row)."""
-    flat = position_ids.reshape(-1)
-    starts = torch.nonzero(flat == 0).view(-1)
-    cu = torch.cat([starts, torch.tensor([flat.numel()], device=flat.device)]).to(torch.int32)
-    longest = int((cu[1:] - cu[:-1]).max())
-    return dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)

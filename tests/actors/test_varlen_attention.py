@@ -1,10 +1,12 @@
-"""Packed rows under a variable-length attention kernel (``learner.attn_implementation:
-flash_attention_2``): the learner passes each document's cumulative lengths, so attention stays
-inside documents at any micro-batch size.
+"""Packed rows under flash-attention's variable-length kernel (``learner.attn_implementation:
+flash_attention_2``): the learner lays a micro-batch's rows end to end in one, and transformers
+finds each document where its positions restart, so attention stays inside documents at any
+micro-batch size (from positions alone it does so only for a single row).
 
-flash-attn needs CUDA; on CPU a reference kernel with flash-attention's contract (documents
-given only as ``cu_seq_lens_q``, no mask) stands in for it inside the real model, and the
-learner's logits must equal those under SDPA's block-diagonal mask.
+flash-attn needs CUDA; on CPU a reference kernel with flash-attention's contract stands in for
+it inside the real model: no mask, the documents found from the positions by transformers' own
+flash helpers, exactly as its flash path does. The learner's logits must equal those under
+SDPA's block-diagonal mask.
 """
 
 from __future__ import annotations
@@ -17,18 +19,25 @@ import torch.nn.functional as F
 
 from actors.learner import Learner
 from rlcs.config import Config
-from rlcs.packing import Document, collate, varlen_lengths
+from rlcs.packing import Document, collate
 from tests.actors.test_learner import _config, _image
 
 REFERENCE = "rlcs_varlen_reference"
 
 
 def _reference_varlen(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-    """Causal attention within each segment of ``cu_seq_lens_q`` over the flattened batch;
-    without them, over each whole row (what a varlen kernel does when given no lengths)."""
+    """Causal attention within each document that transformers' flash path would find (a
+    packed single row: from where its positions restart), else within each whole row."""
+    from transformers.modeling_flash_attention_utils import (
+        _is_packed_sequence,
+        prepare_fa_kwargs_from_position_ids,
+    )
+
     b, heads, length, dim = query.shape
-    cu = kw.get("cu_seq_lens_q")
-    if cu is None:
+    pos = kw.get("position_ids")
+    if _is_packed_sequence(pos, b):
+        (cu, _), _ = prepare_fa_kwargs_from_position_ids(pos)
+    else:
         cu = torch.arange(0, b * length + 1, length)
     q, k, v = (t.transpose(1, 2).reshape(b * length, t.shape[1], dim) for t in (query, key, value))
     out = []
@@ -67,15 +76,6 @@ def _packed_batch(learner) -> dict:
     return collate([[docs[0], docs[1]], [docs[2], docs[3]]], learner.pad_id)
 
 
-def test_varlen_lengths_cover_every_document_and_each_rows_padding():
-    docs = [Document(list(range(n)), [1.0] * n) for n in (3, 2, 4)]
-    b = collate([[docs[0], docs[1]], [docs[2]]], pad_id=0)
-    got = varlen_lengths(b["position_ids"])
-    assert got["cu_seq_lens_q"].tolist() == [0, 3, 5, 9, 10]  # row 2: a document, one pad
-    assert got["cu_seq_lens_q"].dtype == torch.int32
-    assert got["max_length_q"] == got["max_length_k"] == 4
-
-
 def test_packed_logits_under_a_varlen_kernel_equal_sdpas(learner):
     b = _packed_batch(learner)
     module = learner.engine.module
@@ -85,7 +85,7 @@ def test_packed_logits_under_a_varlen_kernel_equal_sdpas(learner):
         try:
             learner.varlen = True
             varlen = learner._logits(learner.engine, b)
-            learner.varlen = False  # the kernel alone, without the learner's lengths
+            learner.varlen = False  # the kernel on the rows as they are: one document a row
             crossing = learner._logits(learner.engine, b)
         finally:
             learner.varlen = False
