@@ -187,4 +187,3 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
             out["pixel_values"] = torch.cat(pixel_values)
             out["image_grid_thw"] = torch.cat(grids)
     return out
-
