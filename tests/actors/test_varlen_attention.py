@@ -130,3 +130,18 @@ def test_flash_attention_2_gives_sdpas_packed_logits_on_a_gpu(tiny_vlm):
         with torch.no_grad():
             logits[impl] = one._logits(one.engine, b).float()[b["doc_index"] >= 0]
     torch.testing.assert_close(logits["flash_attention_2"], logits["sdpa"], rtol=2e-2, atol=2e-2)
+
+
+def test_eager_attention_keeps_packed_documents_apart_like_sdpa(learner):
+    """learner.attn_implementation: eager takes the same block-diagonal mask from positions."""
+    b = _packed_batch(learner)
+    module = learner.engine.module
+    with torch.no_grad():
+        dense = learner._logits(learner.engine, b)
+        module.set_attn_implementation({"text_config": "eager"})
+        try:
+            eager = learner._logits(learner.engine, b)
+        finally:
+            module.set_attn_implementation({"text_config": "sdpa"})
+    real = b["doc_index"] >= 0
+    torch.testing.assert_close(eager[real], dense[real], rtol=1e-5, atol=1e-5)
