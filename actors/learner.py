@@ -23,6 +23,7 @@ from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor
 from actors.learner_batches import RankStep, prepare_step
 from actors.learner_model import (
+    checkpoint_layout,
     freeze_parameters,
     load_hf_model,
     load_processors,
@@ -354,9 +355,10 @@ class Learner:
     def load_checkpoint(self, root: str | Path, tag: str | None = None) -> Any:
         return ckpt.load(self.engine, root, tag, self.rank)
 
-    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def named_weights(self, as_saved: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,
-        copied and released before the next, so the full model is never materialised."""
+        copied and released before the next, so the full model is never materialised. With
+        ``as_saved``, in the layout of a saved checkpoint (``checkpoint_layout``)."""
         import deepspeed
 
         zero3 = self.config.learner.zero_stage == 3
@@ -372,9 +374,9 @@ class Learner:
                 else nullcontext()
             )
             with ctx:
-                for n, p in params:
-                    t = p.detach().clone() if zero3 else p.detach()
-                    yield (f"{mod_name}.{n}" if mod_name else n), t
+                named = [((f"{mod_name}.{n}" if mod_name else n),
+                          p.detach().clone() if zero3 else p.detach()) for n, p in params]  # fmt: skip
+                yield from checkpoint_layout(self.engine.module, named) if as_saved else named
 
     def named_weights_list(self) -> list[tuple[str, torch.Tensor]]:
         """All weights as CPU copies (a collective under ZeRO-3): for tests and small models."""
@@ -382,8 +384,9 @@ class Learner:
 
     def push_weights(self, transport: Any) -> Any:
         """Stream the weights through ``transport.push``; every rank must call it (ZeRO-3
-        gathers are collective), only rank 0 pushes."""
-        it = self.named_weights()
+        gathers are collective), only rank 0 pushes. vLLM engines load them as a checkpoint
+        holds them; the HF engine loads the learner's own parameters by name."""
+        it = self.named_weights(as_saved=self.config.rollout.engine == "vllm")
         if self.rank == 0:
             return transport.push(it)
         for _ in it:

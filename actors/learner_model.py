@@ -33,6 +33,19 @@ def uses_varlen_kernel(attn_implementation: str) -> bool:
     return attn_implementation.startswith("flash_attention")
 
 
+def checkpoint_layout(
+    model: torch.nn.Module, named: list[tuple[str, torch.Tensor]]
+) -> list[tuple[str, torch.Tensor]]:
+    """One module's weights as its checkpoint holds them, the layout vLLM's loader reads.
+
+    transformers fuses some weights on load and splits them again on save: a mixture of
+    experts' per-expert projections (GLM-4.5V's ``experts.N.gate_proj`` / ``up_proj`` /
+    ``down_proj``) become one tensor per layer in memory. Other weights come back unchanged."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return list(revert_weight_conversion(model, dict(named)).items())
+
+
 def load_processors(path: str | Path) -> tuple[Any, Any]:
     """(tokenizer, image-text processor or None) for a model directory: this project's tiny
     models and published GLM-4.1V-architecture checkpoints alike."""

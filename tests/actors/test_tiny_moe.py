@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from actors.learner import Learner
+from rlcs.config import Config
 from tests.actors.test_learner import _config, _image, pretrain_batch, rl_batch, sft_batch
 
 
@@ -67,3 +68,33 @@ def test_the_hf_engine_samples_the_moe_model(tiny_vlm_moe):
         first = model(**engine.processor(text, [_image("blue")])).logits[0, -1].log_softmax(-1)
     assert result.token_ids[0] == int(first.argmax())
     assert result.logprobs[0] == pytest.approx(float(first.max()), abs=1e-4)
+
+
+class _Collect:
+    def push(self, named):
+        self.got = {n: t.detach().clone() for n, t in named}
+        return len(self.got)
+
+
+def test_vllm_engines_get_the_checkpoints_layout_and_the_hf_engine_its_own(tiny_vlm_moe):
+    """vLLM's loader reads a GLM-4.5V checkpoint's per-expert weights; transformers holds each
+    layer's experts fused in memory. The push gives each engine the layout it loads."""
+    from safetensors.torch import load_file
+
+    saved = load_file(tiny_vlm_moe / "model.safetensors")
+    for engine in ("vllm", "hf"):
+        cfg = _config(tiny_vlm_moe).model_dump()
+        cfg["rollout"]["engine"] = engine
+        learner = Learner.local(Config.model_validate(cfg), tiny_vlm_moe)
+        sink = _Collect()
+        learner.push_weights(sink)
+        live = dict(learner.engine.module.named_parameters())
+        buffers = {n for n, _ in learner.engine.module.named_buffers()}  # fixed, not pushed
+        if engine == "vllm":
+            assert set(sink.got) == set(saved) - buffers
+            assert "model.language_model.layers.1.mlp.experts.3.up_proj.weight" in sink.got
+            for name, t in sink.got.items():
+                assert torch.equal(t, saved[name]), name
+        else:
+            assert set(sink.got) == set(live)
+            assert "model.language_model.layers.1.mlp.experts.gate_up_proj" in sink.got
