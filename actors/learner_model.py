@@ -28,8 +28,8 @@ def load_hf_model(
 
 
 def uses_varlen_kernel(attn_implementation: str) -> bool:
-    """Whether that attention takes packed documents as cumulative lengths rather than a mask:
-    flash-attention's variable-length kernels."""
+    """Whether that attention keeps packed documents apart without a mask (flash-attention's
+    variable-length kernels): the learner then lays a micro-batch's rows end to end in one."""
     return attn_implementation.startswith("flash_attention")
 
 
