@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from rlcs.config import Config, load_config
+from rlcs.dashboard import DEMO_MARKER  # written when a demo starts: --resume needs it
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-vlm.yaml"
 
@@ -61,8 +62,6 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     )
 
 
-#: Written into the run directory when a demo starts; ``--resume`` needs it.
-DEMO_MARKER = "demo-run.json"
 #: Written into a stage's directory when the stage has finished: its settings and wall time.
 STAGE_DONE = "demo-stage.json"
 STAGES = ("data", "pretrain", "sft", "rl")

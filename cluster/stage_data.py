@@ -50,13 +50,9 @@ def model_dir_problem(path: Path) -> str | None:
     except Exception as e:  # transformers raises ValueError, OSError, KeyError, ... for these
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return f"its config.json is not one transformers can load ({reason})"
-    from rlcs.vlm_processor import _CONFIG_NAME, is_vision_model
+    from rlcs.vlm_processor import processor_config_problem
 
-    if is_vision_model(path) and not any(
-        (path / f).is_file() for f in (_CONFIG_NAME, "preprocessor_config.json")
-    ):
-        return "a vision model with no preprocessor_config.json (its image processor config)"
-    return None
+    return processor_config_problem(path)
 
 
 def resolve_model(cfg: Config, run_dir: Path) -> Path:

@@ -73,11 +73,8 @@ class Glm4vImageTextProcessor:
         from transformers import AutoImageProcessor, AutoTokenizer
 
         path = Path(path)
-        if not (path / "preprocessor_config.json").is_file():
-            raise FileNotFoundError(
-                f"{path}: a vision model with no preprocessor_config.json (its image processor "
-                "config); copy it from the checkpoint this model came from"
-            )
+        if problem := processor_config_problem(path):
+            raise FileNotFoundError(f"{path}: {problem}")
         tokenizer = AutoTokenizer.from_pretrained(path)
         if IMAGE_TOKEN not in tokenizer.get_vocab():
             raise ValueError(f"{path}: the tokenizer has no {IMAGE_TOKEN} token for images")
@@ -165,6 +162,21 @@ def is_vision_model(path: str | Path) -> bool:
     """Whether the model directory's config.json has a vision tower."""
     cfg = json.loads((Path(path) / "config.json").read_text())
     return "vision_config" in cfg
+
+
+def processor_config_problem(path: str | Path) -> str | None:
+    """Why a model directory lacks what its processor is read from, or None: a vision model
+    needs this project's processor files or a published checkpoint's preprocessor_config.json.
+    Cheap (no file is parsed beyond config.json), for checks before a run starts."""
+    path = Path(path)
+    if not is_vision_model(path) or any(
+        (path / f).is_file() for f in (_CONFIG_NAME, "preprocessor_config.json")
+    ):
+        return None
+    return (
+        "a vision model with no preprocessor_config.json (its image processor config); copy "
+        "it from the checkpoint this model came from"
+    )
 
 
 def load_vlm_processor(path: str | Path) -> Glm4vImageTextProcessor | None:

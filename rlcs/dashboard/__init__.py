@@ -15,7 +15,7 @@ from pathlib import Path
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "curriculum")
 #: What a run writes before its config.yaml: its synthetic data and its tiny model.
 STARTING = {"data", "model"}
-#: What `rlcs demo` writes into its directory when it starts (cluster.demo.DEMO_MARKER).
+#: What `rlcs demo` writes into its directory when it starts.
 DEMO_MARKER = "demo-run.json"
 
 
