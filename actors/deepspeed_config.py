@@ -54,6 +54,23 @@ def deepspeed_config(
     return out
 
 
+def reference_config(cfg: LearnerConfig) -> dict[str, Any]:
+    """DeepSpeed config of the frozen reference model (GRPO's KL term): no optimizer, the
+    policy's precision, and under ZeRO-3 its parameters partitioned over the ranks like the
+    policy's (gathered layer by layer in its forward pass) rather than a whole copy per rank."""
+    out: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "zero_optimization": {"stage": 3 if cfg.zero_stage == 3 else 0},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if cfg.zero_stage == 3:
+        out["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    if cfg.precision == "bf16":
+        out["bf16"] = {"enabled": True}
+    return out
+
+
 def lr_factor(cfg: LearnerConfig, total_steps: int) -> Callable[[int], float]:
     """Multiplier of ``cfg.lr`` for optimizer step ``k`` (0-based), for ``LambdaLR``.
 

@@ -10,7 +10,6 @@ whole step, so the update is the same however the step is split over ranks and m
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 
 from actors import learner_checkpoint as ckpt
-from actors.deepspeed_config import deepspeed_config, lr_factor
+from actors.deepspeed_config import deepspeed_config, lr_factor, reference_config
 from actors.learner_batches import RankStep, prepare_step
 from actors.learner_model import (
     checkpoint_layout,
@@ -30,27 +29,10 @@ from actors.learner_model import (
     param_groups,
     uses_varlen_kernel,
 )
+from actors.network import free_port, node_ip
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
 from rlcs.packing import Document, collate
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def node_ip() -> str:
-    """This node's address as other nodes see it; 127.0.0.1 on a single machine."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except ImportError:
-        pass
-    return "127.0.0.1"
 
 
 class Learner:
@@ -124,8 +106,9 @@ class Learner:
         )
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
             ref = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
-            self.ref_model = ref.to(self.engine.device).eval()
-            self.ref_model.requires_grad_(False)
+            ref.requires_grad_(False)
+            self.ref_model, _, _, _ = deepspeed.initialize(model=ref, config=reference_config(lc))
+            self.ref_model.eval()
         self.tokenizer, self.processor = load_processors(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.steps = 0
@@ -206,17 +189,22 @@ class Learner:
 
     @torch.no_grad()
     def _fill_logprobs(
-        self,
-        docs: list[Document],
-        micro: list[list[list[int]]],
-        key: str,
-        model: Any,
-        raw_key: str | None = None,
+        self, step: RankStep, key: str, model: Any, raw_key: str | None = None
     ) -> None:
-        """Per-token policy logprobs (tempered) of each document under ``model``, stored in
-        ``doc.extras[key]``; with a temperature other than 1 and a ``raw_key``, the raw ones
-        too, for the comparison with the engine's."""
+        """Per-token policy logprobs (tempered) of each of ``step``'s documents under ``model``,
+        stored in ``doc.extras[key]``; with a temperature other than 1 and a ``raw_key``, the
+        raw ones too, for the comparison with the engine's.
+
+        Under ZeRO-3 a forward pass gathers each layer's parameters from every rank, so each
+        rank runs as many passes as the rank with the most micro-batches (zero-weight ones
+        after its own): with fewer, ranks' collectives stop matching (gloo aborts on a size
+        mismatch, NCCL hangs)."""
         temp = self._policy_temperature()
+        docs = step.docs
+        micro = [mb for mini in step.minis for mb in mini]
+        if self.world_size > 1 and self.config.learner.zero_stage == 3:
+            for _ in range(sum(step.num_micro) - len(micro)):
+                self._logits(model, self._filler_batch(step.objective))
         for rows in micro:
             b, order = self._collate(docs, rows)
             logits = self._logits(model, b)
@@ -242,15 +230,12 @@ class Learner:
         stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
         if step.objective == "policy":
             stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
-            micro_all = [mb for mini in step.minis for mb in mini]
             # With one optimizer step per call the update is on-policy: the old logprobs are
             # the training forward's own, detached, and the extra forward pass is skipped.
             if len(step.minis) > 1:
-                self._fill_logprobs(
-                    step.docs, micro_all, "old_logprobs", self.engine, raw_key="old_logprobs_raw"
-                )
+                self._fill_logprobs(step, "old_logprobs", self.engine, raw_key="old_logprobs_raw")
             if self.ref_model is not None:
-                self._fill_logprobs(step.docs, micro_all, "ref_logprobs", self.ref_model)
+                self._fill_logprobs(step, "ref_logprobs", self.ref_model)
         for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None
@@ -258,7 +243,7 @@ class Learner:
                 runs.append((filler, 0.0))
             for rows, scale in runs:
                 if rows is None:  # nothing of this mini-batch on this rank
-                    b = collate([[self._filler(step.objective)]], self.pad_id)
+                    b = self._filler_batch(step.objective)
                 else:
                     b, _ = self._collate(step.docs, rows)
                 loss, info = self._micro_loss(b, step.objective, grpo)
@@ -279,11 +264,12 @@ class Learner:
         stats.update({k: float(v) for k, v in step.info.items()})
         return stats
 
-    def _filler(self, objective: str) -> Document:
-        """A two-token document of weight 0, for a micro-batch a rank must run without work."""
+    def _filler_batch(self, objective: str) -> dict[str, Any]:
+        """A micro-batch of weight 0 (a two-token document, and the blank image where the
+        vision tower must run), for a pass a rank must run without work."""
         zeros = [0.0, 0.0]
         extras = {"advantages": zeros, "rollout_logprobs": zeros} if objective == "policy" else {}
-        return Document([self.pad_id] * 2, zeros, extras=extras)
+        return self._collate([Document([self.pad_id] * 2, zeros, extras=extras)], [[0]])[0]
 
     def _micro_loss(
         self, b: dict[str, Any], objective: str, grpo: Any
@@ -433,6 +419,16 @@ class Learner:
 
     def recorded_grads(self) -> torch.Tensor:
         return torch.cat(self._recorded) if self._recorded else torch.zeros(0)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameter elements this rank holds, of the policy and of the reference model (0
+        without one); under ZeRO-3 its partitions only."""
+
+        def held(module: Any) -> int:
+            ps = module.parameters() if module is not None else []
+            return sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in ps)
+
+        return {"policy": held(self.engine.module), "reference": held(self.ref_model)}
 
     def ping(self) -> int:
         return self.rank

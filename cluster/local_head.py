@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from actors.network import free_port
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,6 @@ def ray_cli() -> str:
     """The `ray` executable of this interpreter's environment, so an unactivated venv works."""
     beside = Path(sys.executable).with_name("ray")
     return str(beside) if beside.is_file() else "ray"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

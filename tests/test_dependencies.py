@@ -40,7 +40,7 @@ print("RESULT", json.dumps({"losses": losses, "zero_stage": engine.zero_optimiza
 
 @pytest.mark.slow
 def test_deepspeed_zero2_step_on_cpu_with_gloo(tiny_text_model, tmp_path):
-    from cluster.local_head import free_port
+    from actors.network import free_port
 
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()))  # fmt: skip

@@ -101,8 +101,7 @@ def _weighted_logprob(learner: Learner, trajs) -> float:
     from actors.learner_batches import prepare_step
 
     step = prepare_step("rl", trajs, learner.config, learner.tokenizer, learner.processor)[0]
-    micro = [mb for mini in step.minis for mb in mini]
-    learner._fill_logprobs(step.docs, micro, "lp", learner.engine)
+    learner._fill_logprobs(step, "lp", learner.engine)
     total = 0.0
     for d in step.docs:
         resp = [i for i, w in enumerate(d.weights) if w > 0]
@@ -166,8 +165,7 @@ def test_engine_logprobs_are_compared_and_forced_tokens_are_not_trained(vlm_lear
     trajs = rl_batch(vlm_learner)
     step = prepare_step("rl", trajs, vlm_learner.config, vlm_learner.tokenizer,
                         vlm_learner.processor)[0]  # fmt: skip
-    micro = [mb for mini in step.minis for mb in mini]
-    vlm_learner._fill_logprobs(step.docs, micro, "lp", vlm_learner.engine)
+    vlm_learner._fill_logprobs(step, "lp", vlm_learner.engine)
     by_ids = {tuple(d.input_ids): d for d in step.docs}
     for t in trajs:
         lp = by_ids[tuple(t["prompt_token_ids"] + t["token_ids"])].extras["lp"]
@@ -200,7 +198,7 @@ def test_policy_logprobs_are_tempered_and_compared_raw(vlm_learner, tmp_path, mi
         trajs = rl_batch(vlm_learner)
         step = prepare_step("rl", trajs, cfg, vlm_learner.tokenizer, vlm_learner.processor)[0]
         micro = [mb for mini in step.minis for mb in mini]
-        vlm_learner._fill_logprobs(step.docs, micro, "lp", vlm_learner.engine, raw_key="raw")
+        vlm_learner._fill_logprobs(step, "lp", vlm_learner.engine, raw_key="raw")
         b, order = vlm_learner._collate(step.docs, micro[0])
         with torch.no_grad():
             logits = vlm_learner._logits(vlm_learner.engine, b)

@@ -30,12 +30,13 @@ def ray_local():
     ray.shutdown()
 
 
-def _config(model, ranks: int, micro: int, zero: int = 2) -> Config:
+def _config(model, ranks: int, micro: int, zero: int = 2, stage="pretrain", **grpo) -> Config:
+    learner = {"num_ranks": ranks, "micro_batch": micro, "zero_stage": zero, "lr": 1e-3}
     return Config.model_validate(
         {
-            "stage": "pretrain",
+            "stage": stage,
             "model": {"path": str(model)},
-            "learner": {"num_ranks": ranks, "micro_batch": micro, "zero_stage": zero, "lr": 1e-3},
+            "learner": {**learner, "grpo": grpo},
             "data": {"seq_len": 48},
         }
     )
@@ -62,15 +63,15 @@ def text_batch(step: int) -> list[dict]:
     ]
 
 
-def rl_batch(tok) -> list[dict]:
-    rng = random.Random(7)
+def rl_batch(tok, seed: int = 7, items: str = "pq", lengths=range(4, 21)) -> list[dict]:
+    rng = random.Random(seed)
     out = []
-    for item in ("p", "q"):
+    for item in items:
         prompt = tok(
             f"[gMASK]<sop><|user|>\nquestion {item}<|assistant|>\n", add_special_tokens=False
         )["input_ids"]
         for _ in range(4):
-            resp = [rng.randint(3, 250) for _ in range(rng.randint(4, 20))]
+            resp = [rng.randint(3, 250) for _ in range(rng.choice(lengths))]
             out.append(
                 dict(
                     item_id=item,
@@ -206,3 +207,45 @@ def test_vlm_ranks_without_images_still_join_the_vision_towers_collectives(
     for one, two in zip(stats["one"], stats["two"], strict=True):
         assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
         assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.timeout(300)  # a mismatch can hang rather than abort
+@pytest.mark.parametrize("mini_batches,kl_coef", [(2, 0.0), (1, 0.1)])
+def test_zero3_logprob_passes_line_up_across_ranks(
+    ray_local, tiny_text_model, mini_batches, kl_coef
+):
+    """The forward passes that only read logprobs (the old policy's, with several optimizer
+    steps a call; the reference model's, for the KL term) gather ZeRO-3's partitioned
+    parameters from every rank. With ranks holding unequal numbers of micro-batches (and one
+    rank none at all in a mini-batch) they used to abort under gloo (collective size mismatch;
+    NCCL hangs). Two ranks must equal one, and the reference model is partitioned over the
+    ranks like the policy instead of copied whole onto each."""
+    from actors.learner_batches import prepare_step
+
+    grpo = {"mini_batches": mini_batches, "kl_coef": kl_coef}
+    stats, held = {}, {}
+    for name, ranks, micro in (("one", 1, 2), ("two", 2, 1)):
+        cfg = _config(tiny_text_model, ranks, micro, zero=3, stage="rl", **grpo)
+        group = LearnerGroup(cfg, tiny_text_model)
+        try:
+            batch = rl_batch(group.tokenizer, seed=12, items="pqr", lengths=(3, 30))
+            if ranks == 2:
+                steps = prepare_step("rl", batch, cfg, group.tokenizer, group.processor)
+                counts = [sum(len(m) for m in s.minis) for s in steps]
+                assert counts[0] != counts[1]  # the case that used to abort
+            held[name] = group.call("parameter_counts")
+            stats[name] = [group.train_step("rl", batch) for _ in range(2)]
+        finally:
+            group.shutdown()
+    for one, two in zip(stats["one"], stats["two"], strict=True):
+        assert two["optimizer_steps"] == one["optimizer_steps"] == mini_batches
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+    whole = held["one"][0]
+    for kind in ("policy", "reference"):
+        shares = [h[kind] for h in held["two"]]
+        if kind == "reference" and not kl_coef:
+            assert whole[kind] == 0 and shares == [0, 0]
+            continue
+        assert whole[kind] > 0 and sum(shares) >= whole[kind]
+        assert max(shares) < 0.6 * whole[kind]  # each rank holds about half
