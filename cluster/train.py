@@ -189,8 +189,9 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
     return make_writable_dir(run_dir, "the run directory")
 
 
-#: How long a Ray address may take to accept a TCP connection before the run gives up on it.
-#: Left to itself, ray.init retries an address where nothing answers for minutes.
+#: How long a Ray address may take to accept a TCP connection, and then to open a gRPC
+#: channel, before the run gives up on it. Left to itself, ray.init retries an address where
+#: nothing answers, or where something other than a Ray head does, for minutes.
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -199,18 +200,55 @@ class ClusterUnreachable(ValueError):
 
 
 def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
-    """Why nothing can be reached at a ``host:port`` address (``ray://`` included) within
-    ``timeout_s``, or None; an address without a port (``auto``, ``local``) is left to Ray."""
-    host, sep, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    """Why no Ray head can be joined at ``address`` (``host:port``, ``ray://`` included), or
+    None; an address without a port (``auto``, ``local``) is left to Ray.
+
+    Within ``timeout_s`` the address must accept a TCP connection and, unless the cluster uses
+    TLS (``RAY_USE_TLS``), open a gRPC channel as a head's GCS (or Ray Client server) does:
+    pointed at the dashboard or another service, ray.init retries for minutes."""
+    scheme, _, rest = address.rpartition("://")
+    if scheme in ("http", "https"):
+        return (
+            "that is an HTTP address, the dashboard's (what `ray job submit --address` takes); "
+            "a run joins the head's GCS address, host:port (port 6379 by default), or is "
+            "submitted with `ray job submit`, which sets the address itself"
+        )
+    host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not port.isdigit():
         return None
+    host = host.strip("[]")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return None
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
     except TimeoutError:
         return f"no answer within {timeout_s:g}s"
     except OSError as e:
         return e.strerror or str(e)
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true") or _speaks_grpc(
+        host, int(port), timeout_s
+    ):
+        return None
+    return (
+        f"port {port} accepts connections but does not speak gRPC as a Ray head does within "
+        f"{timeout_s:g}s (the dashboard's port, 8265 by default, is for `ray job submit`; the "
+        "head's GCS listens on 6379 by default)"
+    )
+
+
+def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
+    """Whether an HTTP/2 gRPC channel to ``host:port`` becomes ready within ``timeout_s``: no
+    call is made, so neither Ray's token nor its protocol version matters."""
+    import grpc
+
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def _unreachable(cfg: Config, problem: str) -> ClusterUnreachable:

@@ -246,3 +246,36 @@ def test_an_address_where_no_ray_head_answers_fails_at_once_naming_it(tmp_path):
               RAY_ADDRESS=f"ray://{address}")  # fmt: skip
     assert r.returncode == 2
     assert f"rlcs demo: cannot join the Ray cluster at ray://{address} ($RAY_ADDRESS)" in r.stderr
+
+
+def test_an_address_where_something_else_answers_fails_naming_it(tmp_path):
+    """The dashboard's port, or any service that is not a Ray head, used to keep ray.init
+    retrying for minutes after the run directory was written; an HTTP address (what
+    `ray job submit` takes) failed only after the data and model were built."""
+    import http.server
+    import threading
+    import time
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_port}"
+        start = time.monotonic()
+        r = _rlcs("train", "configs/tiny-text.yaml", "--set", f"cluster.address={address}",
+                  "--set", f"run.root={tmp_path / 'runs'}", timeout=120)  # fmt: skip
+        assert time.monotonic() - start < 60
+    finally:
+        server.shutdown()
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"rlcs train: cannot join the Ray cluster at {address} (cluster.address): port "
+        f"{server.server_port} accepts connections but does not speak gRPC as a Ray head does "
+        "within 10s (the dashboard's port, 8265 by default, is for `ray job submit`; the head's "
+        "GCS listens on 6379 by default); start its head there (`ray start --head`), or unset "
+        "cluster.address to run on a new local cluster"
+    ]
+    r = _rlcs("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'runs'}",
+              RAY_ADDRESS="http://127.0.0.1:8265")  # fmt: skip
+    assert r.returncode == 2
+    assert "at http://127.0.0.1:8265 ($RAY_ADDRESS): that is an HTTP address" in r.stderr
+    assert not (tmp_path / "runs").exists()  # stopped before the run directory was made
