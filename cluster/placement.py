@@ -15,10 +15,13 @@ cluster and hands each actor its scheduling options.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlcs.config import Config
+
+log = logging.getLogger(__name__)
 
 ROLES = ("learner", "rollout", "reward")
 
@@ -211,12 +214,39 @@ class Placement:
             remove_placement_group(pg)
 
 
-def create_placement(cfg: Config, timeout_s: float = 120.0) -> Placement:
-    """Reserve every role's bundles on the connected Ray cluster, or fail saying what is short."""
+def capacity_shortfall(plan: ResourcePlan, totals: dict[str, float]) -> str | None:
+    """What the plan's bundles ask for beyond a cluster's whole resources (``totals``, as
+    ``ray.cluster_resources()``), one clause a resource, or None when they fit in sum."""
+    short = []
+    for res in sorted({k for bundles in plan.bundles.values() for b in bundles for k in b}):
+        parts = {r: sum(b.get(res, 0.0) for b in bs) for r, bs in plan.bundles.items()}
+        need = sum(parts.values())
+        if need > totals.get(res, 0.0) + 1e-9:
+            split = ", ".join(f"{r} {v:g}" for r, v in parts.items() if v)
+            short.append(f"{res} {need:g} ({split}) but the cluster has {totals.get(res, 0):g}")
+    return "; ".join(short) or None
+
+
+def create_placement(
+    cfg: Config, timeout_s: float = 120.0, fixed_cluster: bool = False
+) -> Placement:
+    """Reserve every role's bundles on the connected Ray cluster, or fail saying what is short.
+
+    A cluster may grow (an autoscaler adds nodes) while the bundles wait, for up to
+    ``timeout_s``; a ``fixed_cluster`` (the local one a run starts for itself) cannot, so a
+    demand beyond its whole resources fails at once."""
     import ray
     from ray.util.placement_group import placement_group
 
     plan = plan_resources(cfg).check()
+    if short := capacity_shortfall(plan, ray.cluster_resources()):
+        hint = (
+            "lower cluster.learner_cpus_per_rank / rollout_cpus_per_worker / "
+            "reward_cpus_per_actor (shares such as 0.5 are fine), or run fewer actors"
+        )
+        if fixed_cluster:
+            raise PlacementError(f"the roles need {short}: {hint}")
+        log.warning("the roles need %s; waiting up to %.0fs for nodes", short, timeout_s)
     strategy = cfg.cluster.placement_strategy
     groups = {}
     for role, bundles in plan.bundles.items():
@@ -234,8 +264,8 @@ def create_placement(cfg: Config, timeout_s: float = 120.0) -> Placement:
             for pg in groups.values():
                 ray.util.remove_placement_group(pg)
             raise PlacementError(
-                f"could not reserve the {role} bundles {plan.bundles[role]} within {timeout_s:.0f}s; "
-                f"the cluster has {ray.available_resources()} available"
+                f"could not reserve the {role} bundles {plan.bundles[role]} within "
+                f"{timeout_s:.0f}s; {_free(plan.bundles[role], ray.available_resources())}"
             ) from None
     placement = Placement(groups, plan, cfg.cluster.colocate)
     try:
@@ -244,3 +274,13 @@ def create_placement(cfg: Config, timeout_s: float = 120.0) -> Placement:
         placement.remove()
         raise
     return placement
+
+
+def _free(bundles: list[dict[str, float]], available: dict[str, float]) -> str:
+    """What is free of the resources ``bundles`` ask for, and of the cluster's whole."""
+    import ray
+
+    totals = ray.cluster_resources()
+    kinds = sorted({k for b in bundles for k in b})
+    have = ", ".join(f"{k} {available.get(k, 0.0):g} of {totals.get(k, 0.0):g}" for k in kinds)
+    return f"free now: {have} (the run's other roles' bundles hold their share)"

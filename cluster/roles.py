@@ -7,6 +7,7 @@ sampler, and binds the weight transport between learner and rollout.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,11 @@ def start_roles(
     cfg: Config, model_path: Path, run_dir: Path, items: list[Item] | None, resume: bool
 ) -> Roles:
     """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
-    placement = create_placement(cfg if cfg.stage == "rl" else _learner_only(cfg))
+    # a run that joins no cluster started a local one, which no autoscaler grows
+    fixed = not (cfg.cluster.address or os.environ.get("RAY_ADDRESS"))
+    placement = create_placement(
+        cfg if cfg.stage == "rl" else _learner_only(cfg), fixed_cluster=fixed
+    )
     learner_opts = placement.options("learner", 0)
     learner = LearnerGroup(
         cfg,

@@ -1,8 +1,14 @@
+import time
 from pathlib import Path
 
 import pytest
 
-from cluster.placement import PlacementError, create_placement, plan_resources
+from cluster.placement import (
+    PlacementError,
+    capacity_shortfall,
+    create_placement,
+    plan_resources,
+)
 from rlcs.config import Config, load_config
 
 
@@ -18,6 +24,22 @@ def test_cpu_single_node_plan():
     assert plan.bundles["learner"] == [{"CPU": 1.0}, {"CPU": 1.0}]
     assert plan.bundles["rollout"] == [{"CPU": 1.0}]
     assert len(plan.bundles["reward"]) == 3 and plan.gpus_needed == 0
+
+
+def test_a_demand_beyond_the_whole_cluster_is_named_by_role():
+    plan = plan_resources(
+        cfg(learner={"num_ranks": 2}, rollout={"num_workers": 1}, reward={"num_actors": 1},
+            cluster={"rollout_cpus_per_worker": 0.8, "reward_cpus_per_actor": 0.2})
+    )  # fmt: skip
+    assert capacity_shortfall(plan, {"CPU": 2.0, "memory": 1e9}) == (
+        "CPU 3 (learner 2, rollout 0.8, reward 0.2) but the cluster has 2"
+    )
+    assert capacity_shortfall(plan, {"CPU": 3.0}) is None
+    gpu = plan_resources(cfg(cluster={"device": "cuda", "learner_gpus_per_rank": 1,
+                                      "rollout_gpus_per_worker": 1}))  # fmt: skip
+    assert capacity_shortfall(gpu, {"CPU": 8.0}) == (
+        "GPU 2 (learner 1, rollout 1) but the cluster has 0"
+    )
 
 
 def test_gpu_split_arithmetic():
@@ -174,8 +196,19 @@ def test_unplaceable_roles_fail_with_what_is_short():
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         c = cfg(learner={"num_ranks": 3}, cluster={"learner_cpus_per_rank": 1})
-        with pytest.raises(PlacementError, match=r"could not reserve the learner bundles"):
+        with pytest.raises(PlacementError, match=r"could not reserve the learner bundles") as e:
             create_placement(c, timeout_s=3)
+        assert str(e.value).endswith(
+            "free now: CPU 0 of 1 (the run's other roles' bundles hold their share)"
+        )
+        # the local cluster a run starts for itself cannot grow: no wait at all
+        start = time.monotonic()
+        with pytest.raises(PlacementError) as e:
+            create_placement(c, timeout_s=60, fixed_cluster=True)
+        assert time.monotonic() - start < 10
+        assert str(e.value).startswith(
+            "the roles need CPU 6 (learner 3, rollout 1, reward 2) but the cluster has 1: lower"
+        )
     finally:
         ray.shutdown()
 
