@@ -54,7 +54,7 @@ def start_roles(
 ) -> Roles:
     """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
     # a run that joins no cluster started a local one, which no autoscaler grows
-    fixed = not (cfg.cluster.address or os.environ.get("RAY_ADDRESS"))
+    fixed = (cfg.cluster.address or os.environ.get("RAY_ADDRESS") or "local") == "local"
     placement = create_placement(
         cfg if cfg.stage == "rl" else _learner_only(cfg), fixed_cluster=fixed
     )
