@@ -16,6 +16,7 @@ cluster and hands each actor its scheduling options.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +213,12 @@ class Placement:
 
         for pg in self.groups.values():
             remove_placement_group(pg)
+
+
+def ray_address(cfg: Config) -> str | None:
+    """The Ray cluster a run joins: ``cluster.address``, else ``$RAY_ADDRESS`` (set by
+    ``ray job submit``); None for a new local cluster of its own."""
+    return cfg.cluster.address or os.environ.get("RAY_ADDRESS") or None
 
 
 def capacity_shortfall(plan: ResourcePlan, totals: dict[str, float]) -> str | None:

@@ -7,7 +7,6 @@ sampler, and binds the weight transport between learner and rollout.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from actors.rollout.group import RolloutGroup
 from actors.rollout.worker import RolloutWorker
 from actors.sampler import CurriculumSampler
 from actors.weights import make_transport
-from cluster.placement import Placement, create_placement
+from cluster.placement import Placement, create_placement, ray_address
 from cluster.rl_iteration import push_weights
 from rlcs.config import Config
 from rlcs.data import Item
@@ -54,7 +53,7 @@ def start_roles(
 ) -> Roles:
     """Everything a stage needs: only the learner for pretrain/SFT, all four roles for RL."""
     # a run that joins no cluster started a local one, which no autoscaler grows
-    fixed = (cfg.cluster.address or os.environ.get("RAY_ADDRESS") or "local") == "local"
+    fixed = (ray_address(cfg) or "local") == "local"
     placement = create_placement(
         cfg if cfg.stage == "rl" else _learner_only(cfg), fixed_cluster=fixed
     )

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from cluster.checkpointing import Checkpointer
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
-from cluster.placement import PlacementError
+from cluster.placement import PlacementError, ray_address
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.stage_data import (
@@ -199,9 +199,10 @@ class ClusterUnreachable(ValueError):
     """Nothing answers at the Ray address the run was told to join."""
 
 
-def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
-    """Why no Ray head can be joined at ``address`` (``host:port``, ``ray://`` included), or
-    None; an address without a port (``auto``, ``local``) is left to Ray.
+def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[str, bool] | None:
+    """Why no Ray head can be joined at ``address`` (``host:port``, ``ray://`` included), and
+    whether something else answers there; None when a head may, or for an address without a
+    port (``auto``, ``local``), which is left to Ray.
 
     Within ``timeout_s`` the address must accept a TCP connection and, unless the cluster uses
     TLS (``RAY_USE_TLS``), open a gRPC channel as a head's GCS (or Ray Client server) does:
@@ -211,7 +212,8 @@ def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str |
         return (
             "that is an HTTP address, the dashboard's (what `ray job submit --address` takes); "
             "a run joins the head's GCS address, host:port (port 6379 by default), or is "
-            "submitted with `ray job submit`, which sets the address itself"
+            "submitted with `ray job submit`, which sets the address itself",
+            True,
         )
     host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not port.isdigit():
@@ -221,9 +223,9 @@ def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str |
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except TimeoutError:
-        return f"no answer within {timeout_s:g}s"
+        return f"no answer within {timeout_s:g}s", False
     except OSError as e:
-        return e.strerror or str(e)
+        return e.strerror or str(e), False
     if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true") or _speaks_grpc(
         host, int(port), timeout_s
     ):
@@ -231,7 +233,8 @@ def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str |
     return (
         f"port {port} accepts connections but does not speak gRPC as a Ray head does within "
         f"{timeout_s:g}s (the dashboard's port, 8265 by default, is for `ray job submit`; the "
-        "head's GCS listens on 6379 by default)"
+        "head's GCS listens on 6379 by default)",
+        True,
     )
 
 
@@ -251,21 +254,23 @@ def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
         channel.close()
 
 
-def _unreachable(cfg: Config, problem: str) -> ClusterUnreachable:
-    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+def _unreachable(cfg: Config, problem: str, answered: bool) -> ClusterUnreachable:
+    """The one-line error for ``problem``; ``answered``: something other than a Ray head
+    answers there, so the fix is another address, not starting a head."""
     source = "cluster.address" if cfg.cluster.address else "$RAY_ADDRESS"
+    fix = "give the head's address" if answered else "start its head there (`ray start --head`)"
     return ClusterUnreachable(
-        f"cannot join the Ray cluster at {address} ({source}): {problem}; start its head there "
-        f"(`ray start --head`), or unset {source} to run on a new local cluster"
+        f"cannot join the Ray cluster at {ray_address(cfg)} ({source}): {problem}; {fix}, or "
+        f"unset {source} to run on a new local cluster"
     )
 
 
 def check_ray_address(cfg: Config) -> str | None:
     """The address ``connect_ray`` will join (None: a new local cluster); ClusterUnreachable,
     naming it, when nothing answers there."""
-    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    address = ray_address(cfg)
     if address and (problem := address_problem(address)):
-        raise _unreachable(cfg, problem)
+        raise _unreachable(cfg, *problem)
     return address
 
 
@@ -279,7 +284,7 @@ def connect_ray(cfg: Config) -> None:
         try:
             ray.init(address=address, log_to_driver=True)
         except ConnectionError as e:  # something answers there, but not a Ray head's GCS
-            raise _unreachable(cfg, f"no Ray head answers there ({e})") from None
+            raise _unreachable(cfg, f"no Ray head answers there ({e})", True) from None
     else:
         ray.init(address="local", include_dashboard=False)
 

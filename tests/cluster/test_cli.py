@@ -271,8 +271,8 @@ def test_an_address_where_something_else_answers_fails_naming_it(tmp_path):
         f"rlcs train: cannot join the Ray cluster at {address} (cluster.address): port "
         f"{server.server_port} accepts connections but does not speak gRPC as a Ray head does "
         "within 10s (the dashboard's port, 8265 by default, is for `ray job submit`; the head's "
-        "GCS listens on 6379 by default); start its head there (`ray start --head`), or unset "
-        "cluster.address to run on a new local cluster"
+        "GCS listens on 6379 by default); give the head's address, or unset cluster.address "
+        "to run on a new local cluster"
     ]
     r = _rlcs("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'runs'}",
               RAY_ADDRESS="http://127.0.0.1:8265")  # fmt: skip
