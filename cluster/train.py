@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -178,6 +179,17 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
             break
     held = [n for n in ("config.yaml", "checkpoints", "metrics.jsonl", "hf")
             if (run_dir / n).exists()]  # fmt: skip
+    if not resume and held and not _took_a_step(run_dir):
+        # it stopped before its first step (at the Ray cluster's start or the roles'
+        # placement, say): nothing of it is worth keeping, and the same command runs it again
+        log.warning("%s holds a run that stopped before its first step; starting it over", run_dir)
+        for name in _BEFORE_FIRST_STEP:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        held = []
     if not resume and held:
         raise FileExistsError(
             f"{run_dir} already holds a run ({', '.join(held)}); pass --resume to continue it "
@@ -187,6 +199,23 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
     if resume and not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
     return make_writable_dir(run_dir, "the run directory")
+
+
+#: What a run writes into its directory before its first step. ``data/`` stays: a synthetic
+#: build checks its own settings (``cluster.stage_data.data_files``); a tiny ``model/`` is
+#: built again from the config, which may have changed.
+_BEFORE_FIRST_STEP = ("config.yaml", "checkpoints", "metrics.jsonl", "samples", "tensorboard",
+                      "curriculum", "model")  # fmt: skip
+
+
+def _took_a_step(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` logged a step, saved a checkpoint or exported a model."""
+    ckpts, metrics = run_dir / "checkpoints", run_dir / "metrics.jsonl"
+    return (
+        (run_dir / "hf").exists()
+        or (ckpts.is_dir() and any(ckpts.iterdir()))
+        or (metrics.is_file() and metrics.stat().st_size > 0)
+    )
 
 
 #: How long a Ray address may take to accept a TCP connection, and then to open a gRPC
