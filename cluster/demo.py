@@ -355,5 +355,15 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
-    run(config, root.resolve(), args.dashboard_port, args.resume)
+    from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
+
+    try:  # a second demo in the same folder (its stages lock their own folders in turn)
+        lock_run_dir(root)
+    except RunDirBusy as e:
+        print(f"rlcs demo: {e}", file=sys.stderr)
+        return 2
+    try:
+        run(config, root.resolve(), args.dashboard_port, args.resume)
+    finally:
+        unlock_run_dir(root)
     return 0

@@ -23,6 +23,7 @@ from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError, ray_address
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
+from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
 from cluster.stage_data import (
     StageData,
     load_stage_data,
@@ -48,7 +49,14 @@ def train(cfg: Config, resume: bool = False) -> Path:
         keep = load_group_filter(grpo.group_filter, grpo.group_filter_options)
     if cfg.model.path and (problem := model_dir_problem(Path(cfg.model.path))):
         raise FileNotFoundError(f"model.path {cfg.model.path}: {problem}")  # before any write
-    run_dir = prepare_run_dir(cfg, resume)
+    run_dir = prepare_run_dir(cfg, resume, lock=True)
+    try:
+        return _run(cfg, resume, run_dir, keep)
+    finally:
+        unlock_run_dir(run_dir)
+
+
+def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
@@ -167,8 +175,9 @@ def run_supervised(
         ckpt.maybe_save(roles, step + 1)
 
 
-def prepare_run_dir(cfg: Config, resume: bool) -> Path:
-    """Check that the run can start in its directory, and create that."""
+def prepare_run_dir(cfg: Config, resume: bool, lock: bool = False) -> Path:
+    """Check that the run can start in its directory, and create that; with ``lock``, claim it
+    for this driver first (``cluster.run_lock``; the caller unlocks it when the run ends)."""
     run_dir = cfg.run_dir
     for parent in (run_dir, *run_dir.parents):
         if parent.exists():
@@ -177,6 +186,19 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
                     f"{parent} is a file; the run directory would be {run_dir}"
                 )
             break
+    if resume and not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
+    if lock:
+        lock_run_dir(make_writable_dir(run_dir, "the run directory"))
+    try:
+        return _claim(cfg, run_dir, resume)
+    except BaseException:
+        if lock:
+            unlock_run_dir(run_dir)
+        raise
+
+
+def _claim(cfg: Config, run_dir: Path, resume: bool) -> Path:
     held = [n for n in ("config.yaml", "checkpoints", "metrics.jsonl", "hf")
             if (run_dir / n).exists()]  # fmt: skip
     if not resume and held and not _took_a_step(run_dir):
@@ -196,8 +218,6 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
             f"(or to start it over if it saved no checkpoint), --set run.name=<new name> to "
             f"start another, or remove that directory"
         )
-    if resume and not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"--resume: {run_dir} has no config.yaml; nothing to resume")
     return make_writable_dir(run_dir, "the run directory")
 
 
@@ -326,7 +346,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         run_dir = train(cfg, resume=args.resume)
-    except (FileExistsError, FileNotFoundError, NotADirectoryError, ValueError) as e:
+    except (FileExistsError, FileNotFoundError, NotADirectoryError, ValueError, RunDirBusy) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 2
     except (RunFailed, PlacementError) as e:
