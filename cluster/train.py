@@ -21,6 +21,7 @@ from tqdm import tqdm
 from cluster.checkpointing import Checkpointer
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError, ray_address
+from cluster.resume_check import check_resume_settings
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
@@ -199,6 +200,8 @@ def prepare_run_dir(cfg: Config, resume: bool, lock: bool = False) -> Path:
 
 
 def _claim(cfg: Config, run_dir: Path, resume: bool) -> Path:
+    if resume:
+        check_resume_settings(cfg, run_dir)
     held = [n for n in ("config.yaml", "checkpoints", "metrics.jsonl", "hf")
             if (run_dir / n).exists()]  # fmt: skip
     if not resume and held and not _took_a_step(run_dir):

@@ -1,0 +1,84 @@
+"""--resume refuses to change a run's stage or its tiny model, and names the other settings it
+changes, before anything of the run is touched."""
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from cluster.resume_check import ResumeConflict, changes, check_resume_settings
+from cluster.train import prepare_run_dir
+from rlcs.config import load_config, write_resolved
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT = ["stage=sft", "model.tiny=text"]
+
+
+def saved(tmp_path: Path, sets: list[str]):
+    cfg = load_config(ROOT / "configs" / "tiny-text.yaml", [*sets, f"run.root={tmp_path}"])
+    write_resolved(cfg, cfg.run_dir)
+    (cfg.run_dir / "metrics.jsonl").write_text('{"step": 1, "stage": "sft"}\n')
+    return cfg
+
+
+def test_a_run_resumed_as_another_stage_is_refused_and_keeps_its_files(tmp_path):
+    """An SFT run resumed as RL would find no RL checkpoint, start at step 0 and write over the
+    SFT run's metrics, checkpoints and model."""
+    cfg = saved(tmp_path, SFT)
+    before = (cfg.run_dir / "config.yaml").read_text()
+    rl = load_config(ROOT / "configs" / "tiny-text.yaml", ["stage=rl", f"run.root={tmp_path}"])
+    with pytest.raises(ResumeConflict) as err:
+        prepare_run_dir(rl, resume=True)
+    assert str(err.value) == (
+        f"--resume: {cfg.run_dir} holds a run of stage 'sft', and a resumed run cannot change stage "
+        "(stage: 'sft' -> 'rl'); resume it with its own settings, or start a new run "
+        "(--set run.name=<new name>)"
+    )
+    assert (cfg.run_dir / "config.yaml").read_text() == before
+    assert (cfg.run_dir / "metrics.jsonl").read_text() == '{"step": 1, "stage": "sft"}\n'
+
+
+def test_the_tiny_model_a_run_built_cannot_change(tmp_path):
+    cfg = saved(tmp_path, SFT)
+    wider = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [*SFT, f"run.root={tmp_path}", 'model.tiny_overrides={"hidden_size": 128}'],
+    )
+    with pytest.raises(
+        ResumeConflict,
+        match=r"cannot change model.tiny_overrides.hidden_size \(model.tiny_overrides.hidden_size: None -> 128\);",
+    ):
+        check_resume_settings(wider, cfg.run_dir)
+    # read from model.path, the run never used its tiny settings: they may change
+    from_path = saved(tmp_path / "p", ["stage=sft", "model.path=/models/m"])
+    other = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        ["stage=sft", "model.path=/models/m", f"run.root={tmp_path / 'p'}", "model.tiny=vlm"],
+    )
+    assert check_resume_settings(other, from_path.run_dir) == {}
+
+
+def test_other_changes_apply_and_are_named(tmp_path, caplog):
+    cfg = saved(tmp_path, SFT)
+    longer = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [*SFT, f"run.root={tmp_path}", "learner.steps=40", "learner.lr=3e-4"],
+    )
+    with caplog.at_level(logging.WARNING):
+        diff = check_resume_settings(longer, cfg.run_dir)
+    assert diff == {
+        "learner.lr": (cfg.learner.lr, 3e-4),
+        "learner.steps": (cfg.learner.steps, 40),
+    }
+    (record,) = caplog.records
+    assert "apply from here on: learner.lr: " in record.getMessage()
+    with caplog.at_level(logging.WARNING):
+        assert check_resume_settings(cfg, cfg.run_dir) == {}
+    assert len(caplog.records) == 1
+
+
+def test_changes_compare_nested_sections_key_by_key():
+    a = {"model": {"tiny": "text", "tiny_overrides": {"text": {"hidden_size": 64}}}, "x": [1]}
+    b = {"model": {"tiny": "text", "tiny_overrides": {"text": {"hidden_size": 96}}}, "x": [1]}
+    assert changes(a, b) == {"model.tiny_overrides.text.hidden_size": (64, 96)}
+    assert changes({"d": {}}, {"d": {"math": 1.0}}) == {"d.math": (None, 1.0)}
