@@ -30,21 +30,16 @@ class ResumeConflict(ValueError):
     """--resume was asked to change what a run cannot change."""
 
 
-def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` as ``{"a.b": 1}``; lists and scalars are leaves, an empty section
-    has none (so ``{}`` against ``{"math": 1}`` differs in ``math`` alone)."""
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
-def changes(saved: dict, now: dict) -> dict[str, tuple[Any, Any]]:
-    """Every key whose value differs, with (saved, now); a key one side lacks is None there."""
-    a, b = flat(saved), flat(now)
-    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+def changes(saved: Any, now: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Every setting that differs, as ``{"section.key": (saved, now)}``: sections are compared
+    key by key, and a key one side lacks is None there (``{}`` against ``{"math": 1}`` differs
+    in ``math`` alone; a section against None is one change)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for k in sorted(saved.keys() | now.keys()):
+            out.update(changes(saved.get(k), now.get(k), f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {} if saved == now else {prefix: (saved, now)}
 
 
 def _builds_tiny(model: dict) -> bool:
@@ -55,9 +50,8 @@ def _fixed(key: str) -> bool:
     return any(key == f or key.startswith(f + ".") for f in FIXED)
 
 
-def check_resume_settings(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, Any]]:
-    """Compare the config with the run's saved ``config.yaml``: a ResumeConflict naming each
-    setting of :data:`FIXED` that differs, else log (and return) the settings that do."""
+def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]:
+    """(the saved config, the settings that differ from it)."""
     try:
         saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -67,16 +61,84 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, An
     if not (_builds_tiny(saved.get("model") or {}) and _builds_tiny(now["model"])):
         # the model is (or was) read from model.path: the tiny settings are not used
         diff = {k: v for k, v in diff.items() if not k.startswith("model.tiny")}
+    return saved, diff
+
+
+def check_resume_settings(cfg: Config, run_dir: Path) -> None:
+    """A ResumeConflict naming each setting of :data:`FIXED` that differs from the run's saved
+    ``config.yaml``."""
+    saved, diff = _diff(cfg, run_dir)
     if bad := [k for k in diff if _fixed(k)]:
-        shown = "; ".join(f"{k}: {diff[k][0]!r} -> {diff[k][1]!r}" for k in bad)
         raise ResumeConflict(
             f"--resume: {run_dir} holds a run of stage {saved.get('stage')!r}, and a resumed run "
-            f"cannot change {', '.join(bad)} ({shown}); resume it with its own settings, or "
-            "start a new run (--set run.name=<new name>)"
+            f"cannot change {', '.join(bad)} ({_listed({k: diff[k] for k in bad})}); resume it "
+            "with its own settings, or start a new run (--set run.name=<new name>)"
         )
-    if diff:
+
+
+def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, Any]]:
+    """Log (and return) the settings that differ from the run's saved ``config.yaml``: those
+    that apply from here on, and those a resumed RL run's sampler keeps from its snapshot."""
+    _, diff = _diff(cfg, run_dir)
+    shown = {k: v for k, v in diff.items() if not k.startswith("curriculum.")}  # warned apart
+    kept = {}
+    if cfg.stage == "rl" and _snapshot_meta(run_dir) is not None:
+        kept = {k: v for k, v in shown.items() if k.startswith(SNAPSHOT_KEEPS)}
+        shown = {k: v for k, v in shown.items() if k not in kept}
+    if shown:
         log.warning(
             "--resume: these settings differ from the run's saved config.yaml and apply from "
-            "here on: %s", "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()),
+            "here on: %s", _listed(shown),
         )  # fmt: skip
+    if kept:
+        log.warning(
+            "--resume: the curriculum sampler keeps the domain weights saved with its state; "
+            "these requested changes are not applied (start a new run to use them): %s",
+            _listed(kept),
+        )
     return diff
+
+
+#: What a resumed RL run's sampler takes from its snapshot instead of the config (besides the
+#: ``curriculum`` section, which ``cluster.train.warn_curriculum_changes`` reports).
+SNAPSHOT_KEEPS = ("data.domain_weights",)
+
+
+def _listed(diff: dict[str, tuple[Any, Any]]) -> str:
+    return "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+
+
+def _snapshot_meta(run_dir: Path) -> dict | None:
+    from rlcs.curriculum.persistence import CURRICULUM_DIR
+    from rlcs.curriculum.snapshot import SnapshotError, read_meta
+
+    try:
+        return read_meta(run_dir / CURRICULUM_DIR)
+    except (SnapshotError, FileNotFoundError):
+        return None
+
+
+def check_resume_items(run_dir: Path, item_ids: set[str]) -> None:
+    """A resumed RL run's sampler draws the items of its snapshot, and the driver looks each
+    one up in the data given now: a ResumeConflict when some are missing there (another
+    ``data.train``), instead of a KeyError once the roles have started."""
+    import numpy as np
+
+    from rlcs.curriculum.persistence import CURRICULUM_DIR
+    from rlcs.curriculum.snapshot import latest_snapshot
+
+    if _snapshot_meta(run_dir) is None:
+        return  # no state saved yet: the sampler starts from the data given now
+    path = latest_snapshot(run_dir / CURRICULUM_DIR) / "ids.npy"
+    if not path.is_file():
+        return
+    saved = np.load(path, allow_pickle=False)
+    if saved.dtype.kind == "S":  # ids are stored as UTF-8 bytes
+        saved = np.char.decode(saved, "utf-8")
+    missing = saved[~np.isin(saved, np.array(sorted(item_ids)))].tolist()
+    if missing:
+        raise ResumeConflict(
+            f"--resume: the run's curriculum draws from {len(saved)} items, and {len(missing)} "
+            f"of them are not in data.train now (e.g. {missing[:3]}); resume with the data "
+            "the run started with (the files may have moved), or start a new run"
+        )

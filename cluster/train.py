@@ -21,7 +21,11 @@ from tqdm import tqdm
 from cluster.checkpointing import Checkpointer
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError, ray_address
-from cluster.resume_check import check_resume_settings
+from cluster.resume_check import (
+    check_resume_items,
+    check_resume_settings,
+    report_resume_changes,
+)
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
@@ -61,6 +65,10 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
+    if resume and cfg.stage == "rl":
+        check_resume_items(run_dir, {it.id for it in data.items})
+    if resume:
+        report_resume_changes(cfg, run_dir)
     model_path = resolve_model(cfg, run_dir)
     write_resolved(cfg, run_dir)
     connect_ray(cfg)

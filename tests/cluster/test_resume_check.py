@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.resume_check import ResumeConflict, changes, check_resume_settings
+from cluster.resume_check import (
+    ResumeConflict,
+    changes,
+    check_resume_settings,
+    report_resume_changes,
+)
 from cluster.train import prepare_run_dir
 from rlcs.config import load_config, write_resolved
 
@@ -55,7 +60,8 @@ def test_the_tiny_model_a_run_built_cannot_change(tmp_path):
         ROOT / "configs" / "tiny-text.yaml",
         ["stage=sft", "model.path=/models/m", f"run.root={tmp_path / 'p'}", "model.tiny=vlm"],
     )
-    assert check_resume_settings(other, from_path.run_dir) == {}
+    check_resume_settings(other, from_path.run_dir)
+    assert report_resume_changes(other, from_path.run_dir) == {}
 
 
 def test_other_changes_apply_and_are_named(tmp_path, caplog):
@@ -65,7 +71,8 @@ def test_other_changes_apply_and_are_named(tmp_path, caplog):
         [*SFT, f"run.root={tmp_path}", "learner.steps=40", "learner.lr=3e-4"],
     )
     with caplog.at_level(logging.WARNING):
-        diff = check_resume_settings(longer, cfg.run_dir)
+        check_resume_settings(longer, cfg.run_dir)
+        diff = report_resume_changes(longer, cfg.run_dir)
     assert diff == {
         "learner.lr": (cfg.learner.lr, 3e-4),
         "learner.steps": (cfg.learner.steps, 40),
@@ -73,7 +80,7 @@ def test_other_changes_apply_and_are_named(tmp_path, caplog):
     (record,) = caplog.records
     assert "apply from here on: learner.lr: " in record.getMessage()
     with caplog.at_level(logging.WARNING):
-        assert check_resume_settings(cfg, cfg.run_dir) == {}
+        assert report_resume_changes(cfg, cfg.run_dir) == {}
     assert len(caplog.records) == 1
 
 
@@ -82,3 +89,46 @@ def test_changes_compare_nested_sections_key_by_key():
     b = {"model": {"tiny": "text", "tiny_overrides": {"text": {"hidden_size": 96}}}, "x": [1]}
     assert changes(a, b) == {"model.tiny_overrides.text.hidden_size": (64, 96)}
     assert changes({"d": {}}, {"d": {"math": 1.0}}) == {"d.math": (None, 1.0)}
+    assert changes({"s": {"a": 1, "b": 2}}, {"s": None}) == {"s": ({"a": 1, "b": 2}, None)}
+
+
+def rl_run_with_state(tmp_path: Path, n: int = 6):
+    from actors.sampler import LocalCurriculumSampler
+    from rlcs.data import Item
+
+    cfg = load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path}"])
+    write_resolved(cfg, cfg.run_dir)
+    items = [Item(id=f"m-{i}", domain="math", prompt="?", answer="1") for i in range(n)]
+    LocalCurriculumSampler(cfg.run_dir, items=items, config=cfg.curriculum).save()
+    return cfg, {it.id for it in items}
+
+
+def test_a_resumed_rl_run_needs_the_items_its_curriculum_draws(tmp_path):
+    from cluster.resume_check import check_resume_items
+
+    cfg, ids = rl_run_with_state(tmp_path)
+    check_resume_items(cfg.run_dir, ids)
+    check_resume_items(cfg.run_dir, ids | {"new-item"})  # more items: the sampler keeps its own
+    with pytest.raises(ResumeConflict) as err:
+        check_resume_items(cfg.run_dir, ids - {"m-1", "m-4"})
+    assert str(err.value) == (
+        "--resume: the run's curriculum draws from 6 items, and 2 of them are not in data.train "
+        "now (e.g. ['m-1', 'm-4']); resume with the data the run started with (the files may "
+        "have moved), or start a new run"
+    )
+    check_resume_items(tmp_path / "no-state", set())  # nothing saved yet: nothing to check
+
+
+def test_domain_weights_stay_with_the_curriculum_state(tmp_path, caplog):
+    cfg, _ = rl_run_with_state(tmp_path)
+    asked = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [f"run.root={tmp_path}", 'data.domain_weights={"math": 1.0}', "run.iterations=9"],
+    )
+    with caplog.at_level(logging.WARNING):
+        report_resume_changes(asked, cfg.run_dir)
+    applied, kept = (r.getMessage() for r in caplog.records)
+    assert applied.endswith(f"run.iterations: {cfg.run.iterations} -> 9")
+    assert kept.endswith(
+        "not applied (start a new run to use them): data.domain_weights.math: None -> 1.0"
+    )
