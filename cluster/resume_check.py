@@ -82,7 +82,7 @@ def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, An
     _, diff = _diff(cfg, run_dir)
     shown = {k: v for k, v in diff.items() if not k.startswith("curriculum.")}  # warned apart
     kept = {}
-    if cfg.stage == "rl" and _snapshot_meta(run_dir) is not None:
+    if cfg.stage == "rl" and snapshot_meta(run_dir) is not None:
         kept = {k: v for k, v in shown.items() if k.startswith(SNAPSHOT_KEEPS)}
         shown = {k: v for k, v in shown.items() if k not in kept}
     if shown:
@@ -108,7 +108,8 @@ def _listed(diff: dict[str, tuple[Any, Any]]) -> str:
     return "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
 
 
-def _snapshot_meta(run_dir: Path) -> dict | None:
+def snapshot_meta(run_dir: Path) -> dict | None:
+    """The meta of the run's latest curriculum snapshot, or None when it has saved none."""
     from rlcs.curriculum.persistence import CURRICULUM_DIR
     from rlcs.curriculum.snapshot import SnapshotError, read_meta
 
@@ -127,7 +128,7 @@ def check_resume_items(run_dir: Path, item_ids: set[str]) -> None:
     from rlcs.curriculum.persistence import CURRICULUM_DIR
     from rlcs.curriculum.snapshot import latest_snapshot
 
-    if _snapshot_meta(run_dir) is None:
+    if snapshot_meta(run_dir) is None:
         return  # no state saved yet: the sampler starts from the data given now
     path = latest_snapshot(run_dir / CURRICULUM_DIR) / "ids.npy"
     if not path.is_file():
@@ -142,3 +143,21 @@ def check_resume_items(run_dir: Path, item_ids: set[str]) -> None:
             f"of them are not in data.train now (e.g. {missing[:3]}); resume with the data "
             "the run started with (the files may have moved), or start a new run"
         )
+
+
+def as_resumed(cfg: Config, run_dir: Path) -> Config:
+    """The config a resumed RL run runs with: its sampler's snapshot keeps the curriculum
+    settings and the domain weights it started with, so ``config.yaml`` records those rather
+    than the requested ones (which :func:`report_resume_changes` and
+    ``cluster.train.warn_curriculum_changes`` name as not applied)."""
+    from rlcs.config import CurriculumConfig
+
+    meta = snapshot_meta(run_dir)
+    if cfg.stage != "rl" or meta is None:
+        return cfg
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    weights = (saved.get("data") or {}).get("domain_weights") or {}
+    return cfg.model_copy(update={
+        "curriculum": CurriculumConfig.model_validate(meta["config"]),
+        "data": cfg.data.model_copy(update={"domain_weights": weights}),
+    })  # fmt: skip

@@ -22,9 +22,11 @@ from cluster.checkpointing import Checkpointer
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError, ray_address
 from cluster.resume_check import (
+    as_resumed,
     check_resume_items,
     check_resume_settings,
     report_resume_changes,
+    snapshot_meta,
 )
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
@@ -65,17 +67,18 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
-    if resume and cfg.stage == "rl":
-        check_resume_items(run_dir, {it.id for it in data.items})
     if resume:
+        if cfg.stage == "rl":
+            check_resume_items(run_dir, {it.id for it in data.items})
         report_resume_changes(cfg, run_dir)
+        if cfg.stage == "rl" and snapshot_meta(run_dir) is not None:
+            warn_curriculum_changes(cfg, run_dir)
+        cfg = as_resumed(cfg, run_dir)  # config.yaml records what the sampler keeps
     model_path = resolve_model(cfg, run_dir)
     write_resolved(cfg, run_dir)
     connect_ray(cfg)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
-    if cfg.stage == "rl" and start:
-        warn_curriculum_changes(cfg, run_dir)
     roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
     roles.group_filter = keep
     try:

@@ -132,3 +132,20 @@ def test_domain_weights_stay_with_the_curriculum_state(tmp_path, caplog):
     assert kept.endswith(
         "not applied (start a new run to use them): data.domain_weights.math: None -> 1.0"
     )
+
+
+def test_config_yaml_of_a_resumed_rl_run_records_what_its_sampler_keeps(tmp_path):
+    from cluster.resume_check import as_resumed
+
+    cfg, _ = rl_run_with_state(tmp_path)
+    asked = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [f"run.root={tmp_path}", 'data.domain_weights={"math": 1.0}', "run.iterations=9",
+         "curriculum.weight_power=1.0"],
+    )  # fmt: skip
+    ran = as_resumed(asked, cfg.run_dir)
+    assert ran.curriculum == cfg.curriculum and ran.curriculum.weight_power != 1.0
+    assert ran.data.domain_weights == cfg.data.domain_weights == {}
+    assert ran.run.iterations == 9  # the rest is the config given now
+    fresh = load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path / 'new'}"])
+    assert as_resumed(fresh, fresh.run_dir) is fresh  # no state saved: nothing kept
