@@ -21,6 +21,14 @@ from rlcs.config import Config
 _TAG = re.compile(r"^step_(\d{8})$")
 
 
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps with a checkpoint in ``RUN_DIR/checkpoints``, oldest first."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := _TAG.match(p.name)))
+
+
 def tag_of(step: int) -> str:
     return f"step_{step:08d}"
 
@@ -32,7 +40,7 @@ class Checkpointer:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def steps(self) -> list[int]:
-        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _TAG.match(p.name)))
+        return saved_steps(self.run_dir)
 
     def resume_point(self) -> int:
         """The step to continue after: 0 when nothing was checkpointed yet."""

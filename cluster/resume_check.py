@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 
 #: Keys (and key prefixes) a resumed run must keep.
 FIXED = ("stage", "model.tiny", "model.tiny_overrides")
+#: ... and those it must keep once it has saved a learner checkpoint: DeepSpeed partitions the
+#: optimizer state over the ranks, and loads it back only as it was saved (2 ranks into 1: "The
+#: checkpoint being loaded used a DP world size of 2 but the current world size is 1"; ZeRO-2
+#: into ZeRO-3: an assertion in its state-dict loader).
+FIXED_BY_CHECKPOINT = ("learner.num_ranks", "learner.zero_stage")
 
 
 class ResumeConflict(ValueError):
@@ -67,6 +72,8 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
 def check_resume_settings(cfg: Config, run_dir: Path) -> None:
     """A ResumeConflict naming each setting of :data:`FIXED` that differs from the run's saved
     ``config.yaml``."""
+    from cluster.checkpointing import saved_steps
+
     saved, diff = _diff(cfg, run_dir)
     if bad := [k for k in diff if _fixed(k)]:
         raise ResumeConflict(
@@ -74,6 +81,16 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
             f"cannot change {', '.join(bad)} ({_listed({k: diff[k] for k in bad})}); resume it "
             "with its own settings, or start a new run (--set run.name=<new name>)"
         )
+    steps = saved_steps(run_dir)
+    if steps and (bad := [k for k in diff if k in FIXED_BY_CHECKPOINT]):
+        raise ResumeConflict(
+            f"--resume: the learner checkpoint of step {steps[-1]} in {run_dir} cannot load "
+            f"with {_listed({k: diff[k] for k in bad})} (saved -> asked): DeepSpeed loads it "
+            "only into the layout it was saved from; resume with the run's own settings, or "
+            "start a new run"
+            + (f" from its exported model (model.path={run_dir / 'hf'})"
+               if (run_dir / "hf").is_dir() else "")
+        )  # fmt: skip
 
 
 def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, Any]]:

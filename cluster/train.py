@@ -75,7 +75,8 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
             warn_curriculum_changes(cfg, run_dir)
         cfg = as_resumed(cfg, run_dir)  # config.yaml records what the sampler keeps
     model_path = resolve_model(cfg, run_dir)
-    write_resolved(cfg, run_dir)
+    if not resume:  # a resumed run keeps its config.yaml until it has restored its checkpoint
+        write_resolved(cfg, run_dir)
     connect_ray(cfg)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
@@ -84,6 +85,8 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     try:
         if start:
             ckpt.restore(roles, start)
+        if resume:
+            write_resolved(cfg, run_dir)
         with RunLog(run_dir, resume_step=start if resume else None) as log:
             if cfg.stage == "rl":
                 run_rl(cfg, roles, data, log, ckpt, start)
