@@ -84,7 +84,7 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     roles.group_filter = keep
     try:
         if start:
-            ckpt.restore(roles, start)
+            restore(ckpt, roles, start)
         if resume:
             write_resolved(cfg, run_dir)
         with RunLog(run_dir, resume_step=start if resume else None) as log:
@@ -103,6 +103,21 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
     finally:
         roles.shutdown()
     return run_dir
+
+
+def restore(ckpt: Checkpointer, roles: Roles, step: int) -> None:
+    """Restore the checkpoint of ``step``, or stop the run with one line saying why it could
+    not be loaded (the error a role raised; the run's files are left as they were)."""
+    try:
+        ckpt.restore(roles, step)
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None) or e
+        lines = str(cause).strip().splitlines()
+        why = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+        raise RunFailed(
+            f"the checkpoint of step {step} in {ckpt.root} could not be restored ({why}); the "
+            "run's files are as they were"
+        ) from e
 
 
 def warn_curriculum_changes(cfg: Config, run_dir: Path) -> list[str]:

@@ -168,3 +168,24 @@ def test_the_learner_layout_is_fixed_once_a_checkpoint_holds_it(tmp_path):
         "asked): DeepSpeed loads it only into the layout it was saved from; resume with the "
         "run's own settings, or start a new run"
     )
+
+
+def test_a_checkpoint_that_cannot_be_restored_stops_the_run_in_one_line(tmp_path):
+    import ray
+
+    from cluster.train import RunFailed, restore
+
+    class Broken:
+        root = tmp_path / "checkpoints"
+
+        def restore(self, roles, step):
+            cause = RuntimeError("PytorchStreamReader failed reading zip archive\nmore")
+            raise ray.exceptions.RayTaskError("Learner.load_checkpoint", "Traceback ...", cause)
+
+    with pytest.raises(RunFailed) as err:
+        restore(Broken(), None, 4)
+    assert str(err.value) == (
+        f"the checkpoint of step 4 in {tmp_path / 'checkpoints'} could not be restored "
+        "(RuntimeError: PytorchStreamReader failed reading zip archive); the run's files are as "
+        "they were"
+    )
