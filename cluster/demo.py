@@ -364,6 +364,13 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         run(config, root.resolve(), args.dashboard_port, args.resume)
+    except KeyboardInterrupt:
+        again = f"rlcs demo --resume --run-dir {root}" + (
+            f" --config {config}" if args.config else ""
+        )
+        print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
+              f"`{again}`", file=sys.stderr)  # fmt: skip
+        return 130
     finally:
         unlock_run_dir(root)
     return 0

@@ -384,5 +384,20 @@ def main(args: argparse.Namespace) -> int:
     except (RunFailed, PlacementError) as e:
         print(f"rlcs train: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"rlcs train: interrupted; {where_to_resume(cfg)}", file=sys.stderr)
+        return 130
     print(f"run finished: {run_dir} (report: {run_dir / 'report.md'})")
     return 0
+
+
+def where_to_resume(cfg: Config) -> str:
+    """What an interrupted run left to continue from, for its last line."""
+    run_dir = cfg.run_dir
+    if not (run_dir / "checkpoints").is_dir() or not (run_dir / "config.yaml").is_file():
+        return f"it stopped before its first step: the same command starts it over in {run_dir}"
+    step = Checkpointer(run_dir, cfg).resume_point()
+    if not step:
+        return (f"no checkpoint was saved yet in {run_dir}: the same command with --resume "
+                "starts it over")  # fmt: skip
+    return f"its checkpoint of step {step} is intact in {run_dir}: continue with --resume"
