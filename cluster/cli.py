@@ -85,9 +85,21 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
         "--cpus",
         type=positive_float,
         default=None,
-        help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
+        help="CPUs for each rollout worker (default cluster.rollout_cpus_per_worker)",
     )
+    _add_workers(p)
     _add_set(p, "rollout.temperature=1.0")
+
+
+def _add_workers(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workers",
+        type=int_at_least(1),
+        default=1,
+        help="rollout workers answering batches side by side, anywhere on the Ray cluster; each "
+        "takes --cpus CPUs and, with cluster.device cuda, cluster.rollout_gpus_per_worker GPUs "
+        "(default 1)",
+    )
 
 
 def _add_eval(p: argparse.ArgumentParser) -> None:
@@ -132,8 +144,9 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
         "--cpus",
         type=positive_float,
         default=None,
-        help="CPUs for the rollout worker (default cluster.rollout_cpus_per_worker)",
+        help="CPUs for each rollout worker (default cluster.rollout_cpus_per_worker)",
     )
+    _add_workers(p)
     p.add_argument(
         "--batch-items",
         type=int_at_least(0),

@@ -88,9 +88,16 @@ def evaluate_live(
 
 
 @contextmanager
-def rollout_worker(model_path: str | Path, rollout: RolloutConfig, num_cpus: float):
-    """A rollout worker of its own for ``model_path`` that reserves ``num_cpus`` and runs that
-    many threads (rounded, at least one); killed on leaving, also on failure.
+def rollout_workers(
+    model_path: str | Path,
+    rollout: RolloutConfig,
+    num_cpus: float,
+    num_gpus: float = 0.0,
+    count: int = 1,
+):
+    """``count`` rollout workers of their own for ``model_path``, each reserving ``num_cpus``
+    (and running that many threads, rounded, at least one) and ``num_gpus``; Ray places them
+    on any node of the cluster that has room. Killed on leaving, also on failure.
 
     Needs a Ray connection (``cluster.train.connect_ray``): left to itself, Ray would join
     whatever cluster is running on this machine, or start one with every core.
@@ -100,13 +107,26 @@ def rollout_worker(model_path: str | Path, rollout: RolloutConfig, num_cpus: flo
             "held-out evaluation needs a Ray connection: call cluster.train.connect_ray(cfg) "
             "(or ray.init) first, so that it runs on the cluster you chose"
         )
-    worker = RolloutWorker.options(num_cpus=num_cpus, runtime_env=thread_env(num_cpus)).remote(
-        str(model_path), rollout.model_dump()
-    )
+    opts = {"num_cpus": num_cpus, "runtime_env": thread_env(num_cpus)}
+    if num_gpus:
+        opts["num_gpus"] = num_gpus
+    workers = []
     try:
-        yield worker
+        for _ in range(count):
+            workers.append(
+                RolloutWorker.options(**opts).remote(str(model_path), rollout.model_dump())
+            )
+        yield workers
     finally:
-        ray.kill(worker)
+        for w in workers:
+            ray.kill(w)
+
+
+def worker_gpus(cfg: Config) -> float:
+    """The GPUs each of `rlcs eval`'s and `rlcs grade`'s rollout workers takes: the config's
+    ``cluster.rollout_gpus_per_worker`` (vLLM's tensor-parallel engines need them all) when
+    ``cluster.device`` is cuda, else none."""
+    return cfg.cluster.rollout_gpus_per_worker if cfg.cluster.device == "cuda" else 0.0
 
 
 def score_trajectories(trajs: list, by_id: dict[str, Item], timeout_s: float | None = None):
@@ -128,6 +148,8 @@ def answer_items(
     *,
     temperature: float = 0.0,
     num_cpus: float = 1.0,
+    num_gpus: float = 0.0,
+    workers: int = 1,
     batch_items: int | None = None,
     timeout_s: float | None = None,
     progress: bool = False,
@@ -137,10 +159,12 @@ def answer_items(
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
     verifiers: one `answer_records` record per answer, in item order.
 
-    One rollout worker reserves ``num_cpus``; it answers ``batch_items`` items a call (all of
-    them in one call by default, as `evaluate` does) and is killed at the end, also on failure.
-    Image paths must be absolute; with ``ship_images`` (``cluster.ship_images``) they are read
-    here and sent inside the items, for a worker on a node without the files.
+    ``workers`` rollout workers, each reserving ``num_cpus`` and ``num_gpus``
+    (`rollout_workers`), answer ``batch_items`` items a call (all of them in one call by
+    default, as `evaluate` does), each taking the next batch as it finishes one; the batches
+    are scored here as they come back. Image paths must be absolute; with ``ship_images``
+    (``cluster.ship_images``) they are read here and sent inside the items, for workers on
+    nodes without the files.
     """
     from tqdm import tqdm
 
@@ -152,27 +176,44 @@ def answer_items(
         raise ValueError("several greedy answers to an item are one answer: set a temperature")
     if batch_items is not None and batch_items < 1:
         raise ValueError(f"batch_items must be at least 1, got {batch_items}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     by_id = {it.id: it for it in items}
     if len(by_id) != len(items):
         dup = next(i for i, n in Counter(it.id for it in items).items() if n > 1)
         raise ValueError(f"item ids must be unique: {dup!r} appears more than once")
     cfg = rollout.model_copy(update={"n": samples, "temperature": temperature})
     step = batch_items or max(1, len(items))
-    out: list[dict[str, Any]] = []
+    starts = list(range(0, len(items), step))
+    count = min(workers, len(starts)) or 1
+    done: dict[int, list[dict[str, Any]]] = {}
     with (
-        rollout_worker(model_path, cfg, num_cpus) as worker,
+        rollout_workers(model_path, cfg, num_cpus, num_gpus, count) as pool,
         tqdm(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
     ):
-        for start in range(0, len(items), step):
-            chunk = list(items[start : start + step])
-            sent = [inline_images(it) for it in chunk] if ship_images else chunk
-            trajs = ray.get(
-                worker.generate.remote(sent, n=samples, step=start, temperature=temperature)
-            )
+        running: dict[Any, tuple[Any, int]] = {}
+
+        def send(worker: Any) -> None:
+            if starts:
+                start = starts.pop(0)
+                chunk = list(items[start : start + step])
+                sent = [inline_images(it) for it in chunk] if ship_images else chunk
+                ref = worker.generate.remote(sent, n=samples, step=start, temperature=temperature)
+                running[ref] = (worker, start)
+
+        for w in pool:
+            send(w)
+        while running:
+            (ref,), _ = ray.wait(list(running), num_returns=1)
+            worker, start = running.pop(ref)
+            send(worker)  # the worker takes the next batch while this one is scored
+            trajs = ray.get(ref)
             scored = score_trajectories(trajs, by_id, timeout_s)
-            out += answer_records(trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored))
-            bar.update(len(chunk))
-    return out
+            done[start] = answer_records(
+                trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored)
+            )
+            bar.update(len(items[start : start + step]))
+    return [r for start in sorted(done) for r in done[start]]
 
 
 def evaluate(
@@ -238,6 +279,7 @@ def eval_files(
     samples: int = 1,
     temperature: float = 0.0,
     num_cpus: float = 1.0,
+    workers: int = 1,
     batch_items: int | None = 128,
     out: Path | None = None,
     progress: bool = True,
@@ -258,8 +300,8 @@ def eval_files(
     connect_ray(cfg)  # once the inputs are known to be good
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
-        batch_items=batch_items, timeout_s=cfg.reward.timeout_s, progress=progress,
-        ship_images=cfg.cluster.ship_images,
+        num_gpus=worker_gpus(cfg), workers=workers, batch_items=batch_items,
+        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -383,7 +425,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = eval_files(
             cfg, model, files, samples=samples, temperature=temperature,
-            num_cpus=args.cpus or cfg.cluster.rollout_cpus_per_worker,
+            num_cpus=args.cpus or cfg.cluster.rollout_cpus_per_worker, workers=args.workers,
             batch_items=args.batch_items or None, out=Path(args.out) if args.out else None,
         )  # fmt: skip
     except (DatasetError, ValueError) as e:

@@ -46,6 +46,8 @@ def pass_rates(
     *,
     threshold: float = 0.5,
     num_cpus: float = 1.0,
+    num_gpus: float = 0.0,
+    workers: int = 1,
     batch_items: int = 64,
     timeout_s: float | None = None,
     progress: bool = True,
@@ -56,17 +58,17 @@ def pass_rates(
     unreadable answer (``format``, ``parse``) is a failure; one the verifiers could not score
     (a timeout, a crash) is left out, as in training.
 
-    One rollout worker reserves ``num_cpus`` and answers ``batch_items`` items at a time, at
-    ``rollout.temperature``; image paths must be absolute. The worker is killed at the end,
-    also on failure.
+    ``workers`` rollout workers, each reserving ``num_cpus`` and ``num_gpus``, answer
+    ``batch_items`` items at a time, at ``rollout.temperature``; image paths must be absolute.
+    The workers are killed at the end, also on failure.
     """
     from cluster.evaluate import answer_items
 
     check_sampling(rollout)
     records = answer_items(
         model_path, items, rollout, samples, temperature=rollout.temperature,
-        num_cpus=num_cpus, batch_items=batch_items, timeout_s=timeout_s, progress=progress,
-        desc="grade", ship_images=ship_images,
+        num_cpus=num_cpus, num_gpus=num_gpus, workers=workers, batch_items=batch_items,
+        timeout_s=timeout_s, progress=progress, desc="grade", ship_images=ship_images,
     )  # fmt: skip
     return item_rates(records, [it.id for it in items], threshold)
 
@@ -150,8 +152,10 @@ def grade_files(
     samples: int,
     num_cpus: float,
     progress: bool = True,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
+    from cluster.evaluate import worker_gpus
     from cluster.stage_data import absolute_images, check_ground_truths, register_domains
     from cluster.train import connect_ray
     from rlcs.data import check_output_file, load_items, write_jsonl
@@ -168,8 +172,8 @@ def grade_files(
     connect_ray(cfg)  # once the inputs are known to be good
     rates, errors = pass_rates(
         model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
-        num_cpus=num_cpus, timeout_s=cfg.reward.timeout_s, progress=progress,
-        ship_images=cfg.cluster.ship_images,
+        num_cpus=num_cpus, num_gpus=worker_gpus(cfg), workers=workers,
+        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
@@ -200,7 +204,7 @@ def main(args: argparse.Namespace) -> int:
     cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker
     try:
         result = grade_files(cfg, model, [Path(p) for p in args.data], Path(args.out),
-                             args.samples, cpus)  # fmt: skip
+                             args.samples, cpus, workers=args.workers)  # fmt: skip
     except (DatasetError, ValueError) as e:
         print(f"rlcs grade: {e}", file=sys.stderr)
         return 2

@@ -115,6 +115,24 @@ def test_evaluate_scores_the_greedy_answers_of_an_actor_and_frees_it(
     assert _cpus_back(ray_two_cpus)
 
 
+def test_several_workers_answer_as_one_does(ray_two_cpus, tiny_vlm, tmp_path):
+    """Batches go to whichever worker is free, each seeded by its place in the items: two
+    workers give the same sampled answers, in item order, as one."""
+    from cluster.evaluate import answer_items
+
+    items = _items(tmp_path)
+    rollout = RolloutConfig(engine="hf", max_think_tokens=8, max_answer_tokens=8)
+    kw = {"samples": 2, "temperature": 0.9, "num_cpus": 1, "batch_items": 2}
+    one = answer_items(tiny_vlm, items, rollout, workers=1, **kw)
+    two = answer_items(tiny_vlm, items, rollout, workers=2, **kw)
+    assert [(r["id"], r["sample"]) for r in two] == [(it.id, k) for it in items for k in (0, 1)]
+    assert [r["response"] for r in two] == [r["response"] for r in one]
+    assert len({r["response"] for r in one}) > 1  # sampled: the comparison means something
+    assert _cpus_back(ray_two_cpus)
+    with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
+        answer_items(tiny_vlm, items, rollout, workers=0)
+
+
 def test_a_failed_evaluation_raises_and_still_frees_its_actor(ray_two_cpus, tiny_vlm, tmp_path):
     items = _items(tmp_path)
     broken = items[0].model_copy(update={"images": [str(tmp_path / "no-such-image.png")]})
@@ -178,7 +196,7 @@ def _eval_args(model, data, **kw):
 
     base = dict(
         model=str(model), data=[str(p) for p in data], config=None, samples=1, temperature=None,
-        out=None, cpus=1.0, batch_items=2, step=None,
+        out=None, cpus=1.0, workers=1, batch_items=2, step=None,
         overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
     )  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
@@ -313,3 +331,15 @@ def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(
     shutil.copy(text / "configTrue.yaml", text / "config.yaml")
     with pytest.raises(EvalTargetError, match="names no data.eval"):
         resolve_target(text, None, None, [])
+
+
+def test_eval_and_grade_workers_take_the_configs_gpus():
+    """On a GPU cluster each worker takes cluster.rollout_gpus_per_worker GPUs (a
+    tensor-parallel vLLM engine needs them all); before, they asked Ray for none."""
+    from cluster.evaluate import worker_gpus
+    from rlcs.config import load_config
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert worker_gpus(load_config(root / "glm4v-9b-4node.yaml")) == 2
+    assert worker_gpus(load_config(root / "glm4v-9b-8xh100.yaml")) == 1
+    assert worker_gpus(load_config(root / "tiny-vlm.yaml")) == 0

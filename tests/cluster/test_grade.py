@@ -153,7 +153,7 @@ def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
     out = tmp_path / "graded" / "rl.jsonl"
     args = argparse.Namespace(
         model=str(tiny_vlm), data=[str(task_files["rl_train"])], out=str(out), config=None,
-        samples=2, cpus=1.0,
+        samples=2, cpus=1.0, workers=1,
         overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
     )  # fmt: skip
     assert main(args) == 0
