@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from actors.rollout.worker import RolloutWorker
-from cluster.placement import thread_env
+from cluster.placement import thread_env, worker_gpus
 from rewards.base import ANSWER_ERRORS, is_unscorable
 from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item, inline_images
@@ -122,13 +122,6 @@ def rollout_workers(
             ray.kill(w)
 
 
-def worker_gpus(cfg: Config) -> float:
-    """The GPUs each of `rlcs eval`'s and `rlcs grade`'s rollout workers takes: the config's
-    ``cluster.rollout_gpus_per_worker`` (vLLM's tensor-parallel engines need them all) when
-    ``cluster.device`` is cuda, else none."""
-    return cfg.cluster.rollout_gpus_per_worker if cfg.cluster.device == "cuda" else 0.0
-
-
 def score_trajectories(trajs: list, by_id: dict[str, Item], timeout_s: float | None = None):
     """The verifiers' ``ScoreResult`` of each trajectory against its item's answer, in order."""
     import rewards
@@ -155,6 +148,7 @@ def answer_items(
     progress: bool = False,
     desc: str = "eval",
     ship_images: bool = False,
+    on_batch: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
     verifiers: one `answer_records` record per answer, in item order.
@@ -164,7 +158,7 @@ def answer_items(
     default, as `evaluate` does), each taking the next batch as it finishes one; the batches
     are scored here as they come back. Image paths must be absolute; with ``ship_images``
     (``cluster.ship_images``) they are read here and sent inside the items, for workers on
-    nodes without the files.
+    nodes without the files. ``on_batch`` gets each batch's records as they are scored.
     """
     from tqdm import tqdm
 
@@ -212,6 +206,8 @@ def answer_items(
             done[start] = answer_records(
                 trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored)
             )
+            if on_batch is not None:
+                on_batch(done[start])
             bar.update(len(items[start : start + step]))
     return [r for start in sorted(done) for r in done[start]]
 
@@ -300,7 +296,7 @@ def eval_files(
     connect_ray(cfg)  # once the inputs are known to be good
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
-        num_gpus=worker_gpus(cfg), workers=workers, batch_items=batch_items,
+        num_gpus=worker_gpus(cfg.cluster), workers=workers, batch_items=batch_items,
         timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     if out is not None:
@@ -431,6 +427,9 @@ def main(args: argparse.Namespace) -> int:
     except (DatasetError, ValueError) as e:
         print(f"rlcs eval: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("rlcs eval: interrupted", file=sys.stderr)
+        return 130
     how = (
         "one greedy answer"
         if temperature == 0.0

@@ -144,6 +144,15 @@ def summary_table(items: Sequence[Item], rates: dict[str, float | None]) -> str:
     return "\n".join(lines)
 
 
+def grade_settings(
+    cfg: Config, model_path: Path, inputs: Sequence[Path], samples: int, items: int
+) -> dict[str, Any]:
+    """What a grading's kept progress must match to be continued (`GradeProgress`)."""
+    return {"model": str(model_path.resolve()), "samples": samples,
+            "temperature": cfg.rollout.temperature, "threshold": cfg.curriculum.success_threshold,
+            "inputs": [str(p.resolve()) for p in inputs], "items": items}  # fmt: skip
+
+
 def grade_files(
     cfg: Config,
     model_path: Path,
@@ -154,8 +163,12 @@ def grade_files(
     progress: bool = True,
     workers: int = 1,
 ) -> dict[str, Any]:
-    """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``."""
-    from cluster.evaluate import worker_gpus
+    """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``.
+    What is graded is kept in ``OUT.partial`` as it comes back, and a grading interrupted
+    before its end goes on from there when run again (`cluster.grade_progress`)."""
+    from cluster.evaluate import answer_items
+    from cluster.grade_progress import GradeProgress
+    from cluster.placement import worker_gpus
     from cluster.stage_data import absolute_images, check_ground_truths, register_domains
     from cluster.train import connect_ray
     from rlcs.data import check_output_file, load_items, write_jsonl
@@ -169,15 +182,24 @@ def grade_files(
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")
-    connect_ray(cfg)  # once the inputs are known to be good
-    rates, errors = pass_rates(
-        model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
-        num_cpus=num_cpus, num_gpus=worker_gpus(cfg), workers=workers,
-        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
-    )  # fmt: skip
+    kept = GradeProgress(out, grade_settings(cfg, model_path, inputs, samples, len(items)))
+    todo = [it for it in items if it.id not in kept.done]
+    if len(todo) < len(items):
+        print(f"continuing the grading kept in {kept.path}: {len(items) - len(todo)} of "
+              f"{len(items)} items graded already")  # fmt: skip
+    if todo:
+        connect_ray(cfg)  # once the inputs are known to be good
+        answer_items(
+            model_path, todo, cfg.rollout, samples, temperature=cfg.rollout.temperature,
+            num_cpus=num_cpus, num_gpus=worker_gpus(cfg.cluster), workers=workers, batch_items=64,
+            timeout_s=cfg.reward.timeout_s, progress=progress, desc="grade",
+            ship_images=cfg.cluster.ship_images, on_batch=kept.add,
+        )  # fmt: skip
+    rates, errors = kept.rates([it.id for it in items])
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
     )
+    kept.finish()
     unscorable = sum(n for kind, n in errors.items() if is_unscorable(kind))
     return {"items": len(items), "answers": len(items) * samples, "errors": dict(errors),
             "unscorable": unscorable, "ungraded": sum(r is None for r in rates.values()),
@@ -208,6 +230,11 @@ def main(args: argparse.Namespace) -> int:
     except (DatasetError, ValueError) as e:
         print(f"rlcs grade: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        partial = Path(args.out).with_name(Path(args.out).name + ".partial")
+        print(f"rlcs grade: interrupted; what was graded is kept in {partial}: the same "
+              "command goes on from there", file=sys.stderr)  # fmt: skip
+        return 130
     print(result["table"])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(result["errors"].items())) or "none"
     print(f"{result['items']} items, {result['answers']} answers; errors: {kinds}"

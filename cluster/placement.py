@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcs.config import Config
+from rlcs.config import ClusterConfig, Config
 
 log = logging.getLogger(__name__)
 
@@ -291,3 +291,10 @@ def _free(bundles: list[dict[str, float]], available: dict[str, float]) -> str:
     kinds = sorted({k for b in bundles for k in b})
     have = ", ".join(f"{k} {available.get(k, 0.0):g} of {totals.get(k, 0.0):g}" for k in kinds)
     return f"free now: {have} (the run's other roles' bundles hold their share)"
+
+
+def worker_gpus(cluster: ClusterConfig) -> float:
+    """The GPUs each of `rlcs eval`'s and `rlcs grade`'s rollout workers takes: the config's
+    ``cluster.rollout_gpus_per_worker`` (vLLM's tensor-parallel engines need them all) when
+    ``cluster.device`` is cuda, else none."""
+    return cluster.rollout_gpus_per_worker if cluster.device == "cuda" else 0.0

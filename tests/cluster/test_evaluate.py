@@ -336,10 +336,10 @@ def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(
 def test_eval_and_grade_workers_take_the_configs_gpus():
     """On a GPU cluster each worker takes cluster.rollout_gpus_per_worker GPUs (a
     tensor-parallel vLLM engine needs them all); before, they asked Ray for none."""
-    from cluster.evaluate import worker_gpus
+    from cluster.placement import worker_gpus
     from rlcs.config import load_config
 
     root = Path(__file__).resolve().parents[2] / "configs"
-    assert worker_gpus(load_config(root / "glm4v-9b-4node.yaml")) == 2
-    assert worker_gpus(load_config(root / "glm4v-9b-8xh100.yaml")) == 1
-    assert worker_gpus(load_config(root / "tiny-vlm.yaml")) == 0
+    assert worker_gpus(load_config(root / "glm4v-9b-4node.yaml").cluster) == 2
+    assert worker_gpus(load_config(root / "glm4v-9b-8xh100.yaml").cluster) == 1
+    assert worker_gpus(load_config(root / "tiny-vlm.yaml").cluster) == 0

@@ -188,3 +188,45 @@ def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
     assert f"item {grounding['id']!r} has an answer no verifier can score against" in err
     assert "a box is [x1, y1, x2, y2], got [1, 2, 3]" in err
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_an_interrupted_grading_goes_on_where_it_stopped(
+    ray_two_cpus, tiny_vlm, task_files, tmp_path, capsys
+):
+    """What was graded is kept in OUT.partial as batches come back: run again, the grading
+    answers only the items it had not graded, and takes the kept ones as they were. A partial
+    file from a grading with other settings is set aside, not used."""
+    from cluster.demo import DEFAULT_CONFIG
+    from cluster.grade import grade_settings, main
+    from cluster.grade_progress import GradeProgress
+    from rlcs.config import load_config
+    from rlcs.data import load_items
+
+    inputs = [task_files["rl_train"]]
+    overrides = ["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"]
+    cfg = load_config(DEFAULT_CONFIG, overrides)
+    out = tmp_path / "graded.jsonl"
+    ids = [it.id for it in load_items(inputs[0])]
+    # an earlier run of the same command graded three items before it was stopped
+    kept = GradeProgress(out, grade_settings(cfg, tiny_vlm, inputs, 2, len(ids)))
+    kept.add([{"id": i, "reward": 1.0 if i == ids[0] else 0.0, "error": None} for i in ids[:3]
+              for _ in range(2)])  # fmt: skip
+    with kept.path.open("a") as f:
+        f.write('{"id": "cut sh')  # the line the interruption cut short
+    args = argparse.Namespace(model=str(tiny_vlm), data=[str(p) for p in inputs], out=str(out),
+                              config=None, samples=2, cpus=1.0, workers=1, overrides=overrides)  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"continuing the grading kept in {kept.path}: 3 of 6 items graded already" in printed
+    graded = {it.id: it.difficulty for it in load_items(out)}
+    assert [graded[i] for i in ids[:3]] == [1.0, 0.0, 0.0]  # as kept, not answered again
+    assert all(graded[i] in (0.0, 0.5, 1.0) for i in ids[3:])
+    assert not kept.path.exists()
+
+    # kept progress from another grading (other samples) is set aside and everything graded
+    other = GradeProgress(out, grade_settings(cfg, tiny_vlm, inputs, 4, len(ids)))
+    other.add([{"id": ids[0], "reward": 1.0, "error": None}])
+    assert main(args) == 0
+    assert "continuing" not in capsys.readouterr().out
+    assert kept.path.with_name(kept.path.name + ".stale").is_file()
+    assert not kept.path.exists()

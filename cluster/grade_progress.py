@@ -1,0 +1,94 @@
+"""What `rlcs grade` has graded so far, kept beside its output so that an interrupted grading
+(Ctrl-C, a lost node, a killed job) goes on where it stopped when the same command runs again.
+
+``OUT.partial`` is JSONL: a first line with the grading's settings (model, samples, temperature,
+threshold, inputs), then one line per graded item with its passing and scored answers and its
+answers' errors by kind, appended as each batch comes back. A partial file with other settings
+is set aside, as ``OUT.partial.stale``, and the grading starts over. The file is removed when
+the graded output has been written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rewards.base import is_unscorable
+
+log = logging.getLogger(__name__)
+
+
+class GradeProgress:
+    def __init__(self, out: Path, settings: dict[str, Any]):
+        self.path = out.with_name(out.name + ".partial")
+        self.settings = settings
+        self.done: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            self._load()
+        if not self.path.is_file():
+            self._write_line(settings, mode="w")
+
+    def _load(self) -> None:
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            head = json.loads(lines[0]) if lines else None
+        except json.JSONDecodeError:
+            head = None
+        if head != self.settings:
+            stale = self.path.with_name(self.path.name + ".stale")
+            log.warning("%s is from a grading with other settings: set aside as %s; grading "
+                        "starts over", self.path, stale)  # fmt: skip
+            self.path.replace(stale)
+            return
+        for line in lines[1:]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # the last line, cut short by the interruption
+                continue
+            self.done[rec["id"]] = rec
+
+    def _write_line(self, obj: dict[str, Any], mode: str = "a") -> None:
+        with self.path.open(mode, encoding="utf-8") as f:
+            f.write(json.dumps(obj) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add(self, records: Sequence[dict[str, Any]]) -> None:
+        """Record one batch's scored answers (`cluster.evaluate.answer_records`' records),
+        item by item: its answers reaching the threshold, those the verifiers scored, and the
+        errors by kind."""
+        threshold = self.settings["threshold"]
+        per: dict[str, dict[str, Any]] = {}
+        for r in records:
+            rec = per.setdefault(r["id"], {"id": r["id"], "passed": 0, "scored": 0, "errors": {}})
+            if r["error"] is not None:
+                rec["errors"][r["error"]] = rec["errors"].get(r["error"], 0) + 1
+            elif r["reward"] >= threshold:
+                rec["passed"] += 1
+            if not is_unscorable(r["error"]):
+                rec["scored"] += 1
+        with self.path.open("a", encoding="utf-8") as f:
+            for rec in per.values():
+                f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.done.update(per)
+
+    def rates(self, ids: Sequence[str]) -> tuple[dict[str, float | None], Counter[str]]:
+        """Each item's pass rate over its scored answers (None without any), and the errors by
+        kind, as `cluster.grade.pass_rates` gives them."""
+        errors: Counter[str] = Counter()
+        out: dict[str, float | None] = {}
+        for i in ids:
+            rec = self.done[i]
+            errors.update(rec["errors"])
+            out[i] = rec["passed"] / rec["scored"] if rec["scored"] else None
+        return out, errors
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)
