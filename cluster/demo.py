@@ -314,6 +314,7 @@ def _domain_rewards(run_dir: Path) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from cluster.run_lock import LOCK_FILE
     from rewards.argtypes import listen_error
     from rlcs.config import ConfigError
     from rlcs.data import make_writable_dir
@@ -338,7 +339,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: --resume: {root} does not exist; nothing to resume (drop --resume to "
               "start a demo there)", file=sys.stderr)  # fmt: skip
         return 2
-    used = root.exists() and any(root.iterdir())
+    used = root.exists() and any(p.name != LOCK_FILE for p in root.iterdir())
     if used and not args.resume:
         print(f"rlcs demo: {root} is not empty; remove it, pass another --run-dir, or --resume "
               "to keep the stages that finished there", file=sys.stderr)  # fmt: skip
