@@ -61,17 +61,17 @@ class GradeProgress:
     def add(self, records: Sequence[dict[str, Any]]) -> None:
         """Record one batch's scored answers (`cluster.evaluate.answer_records`' records),
         item by item: its answers reaching the threshold, those the verifiers scored, and the
-        errors by kind."""
-        threshold = self.settings["threshold"]
-        per: dict[str, dict[str, Any]] = {}
+        errors by kind (counted as `cluster.grade.tally` counts them)."""
+        from cluster.grade import tally
+
+        by_item: dict[str, list[dict[str, Any]]] = {}
         for r in records:
-            rec = per.setdefault(r["id"], {"id": r["id"], "passed": 0, "scored": 0, "errors": {}})
-            if r["error"] is not None:
-                rec["errors"][r["error"]] = rec["errors"].get(r["error"], 0) + 1
-            elif r["reward"] >= threshold:
-                rec["passed"] += 1
-            if not is_unscorable(r["error"]):
-                rec["scored"] += 1
+            by_item.setdefault(r["id"], []).append(r)
+        per = {}
+        for i, rs in by_item.items():
+            passed, errors = tally(rs, self.settings["threshold"])
+            scored = sum(not is_unscorable(r["error"]) for r in rs)
+            per[i] = {"id": i, "passed": passed[i], "scored": scored, "errors": dict(errors)}
         with self.path.open("a", encoding="utf-8") as f:
             for rec in per.values():
                 f.write(json.dumps(rec) + "\n")

@@ -18,7 +18,7 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
-from cluster.checkpointing import Checkpointer
+from cluster.checkpointing import Checkpointer, saved_steps
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError, ray_address
 from cluster.resume_check import (
@@ -262,10 +262,10 @@ _BEFORE_FIRST_STEP = ("config.yaml", "checkpoints", "metrics.jsonl", "samples", 
 
 def _took_a_step(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` logged a step, saved a checkpoint or exported a model."""
-    ckpts, metrics = run_dir / "checkpoints", run_dir / "metrics.jsonl"
+    metrics = run_dir / "metrics.jsonl"
     return (
         (run_dir / "hf").exists()
-        or (ckpts.is_dir() and any(ckpts.iterdir()))
+        or bool(saved_steps(run_dir))
         or (metrics.is_file() and metrics.stat().st_size > 0)
     )
 
