@@ -15,11 +15,14 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewards.base import is_unscorable
 from rlcs.config import Config, RolloutConfig
 from rlcs.data import Item
+
+if TYPE_CHECKING:
+    from cluster.grade_progress import GradeProgress
 
 #: the pass-rate buckets of the summary table
 BUCKETS = ("0", "(0, .25]", "(.25, .5]", "(.5, .75]", "(.75, 1)", "1")
@@ -52,6 +55,7 @@ def pass_rates(
     timeout_s: float | None = None,
     progress: bool = True,
     ship_images: bool = False,
+    kept: GradeProgress | None = None,
 ) -> tuple[dict[str, float | None], Counter[str]]:
     """Each item's share of its scored answers reaching ``threshold`` (None when none of its
     ``samples`` answers could be scored), and the answers' errors by kind. A wrong or
@@ -60,17 +64,22 @@ def pass_rates(
 
     ``workers`` rollout workers, each reserving ``num_cpus`` and ``num_gpus``, answer
     ``batch_items`` items at a time, at ``rollout.temperature``; image paths must be absolute.
-    The workers are killed at the end, also on failure.
+    The workers are killed at the end, also on failure. With ``kept`` (a grading's kept
+    progress), the items it holds are not answered again and each batch is added to it.
     """
     from cluster.evaluate import answer_items
+    from cluster.grade_progress import GradeProgress
 
     check_sampling(rollout)
-    records = answer_items(
-        model_path, items, rollout, samples, temperature=rollout.temperature,
-        num_cpus=num_cpus, num_gpus=num_gpus, workers=workers, batch_items=batch_items,
-        timeout_s=timeout_s, progress=progress, desc="grade", ship_images=ship_images,
-    )  # fmt: skip
-    return item_rates(records, [it.id for it in items], threshold)
+    kept = kept or GradeProgress(None, {"threshold": threshold})
+    if todo := [it for it in items if it.id not in kept.done]:
+        answer_items(
+            model_path, todo, rollout, samples, temperature=rollout.temperature,
+            num_cpus=num_cpus, num_gpus=num_gpus, workers=workers, batch_items=batch_items,
+            timeout_s=timeout_s, progress=progress, desc="grade", ship_images=ship_images,
+            on_batch=kept.add,
+        )  # fmt: skip
+    return kept.rates([it.id for it in items])
 
 
 def item_rates(
@@ -78,9 +87,11 @@ def item_rates(
 ) -> tuple[dict[str, float | None], Counter[str]]:
     """Each item's pass rate over its scored answers (None without any), and the errors by
     kind, from `cluster.evaluate.answer_items`' records."""
-    successes, errors = tally(records, threshold)
-    scored = Counter(r["id"] for r in records if not is_unscorable(r["error"]))
-    return {i: successes[i] / scored[i] if scored[i] else None for i in ids}, errors
+    from cluster.grade_progress import GradeProgress
+
+    counts = GradeProgress(None, {"threshold": threshold})
+    counts.add(records)
+    return counts.rates(ids)
 
 
 def tally(records: Sequence[dict[str, Any]], threshold: float) -> tuple[Counter[str], Counter[str]]:
@@ -166,7 +177,6 @@ def grade_files(
     """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``.
     What is graded is kept in ``OUT.partial`` as it comes back, and a grading interrupted
     before its end goes on from there when run again (`cluster.grade_progress`)."""
-    from cluster.evaluate import answer_items
     from cluster.grade_progress import GradeProgress
     from cluster.placement import worker_gpus
     from cluster.stage_data import absolute_images, check_ground_truths, register_domains
@@ -189,13 +199,12 @@ def grade_files(
               f"{len(items)} items graded already")  # fmt: skip
     if todo:
         connect_ray(cfg)  # once the inputs are known to be good
-        answer_items(
-            model_path, todo, cfg.rollout, samples, temperature=cfg.rollout.temperature,
-            num_cpus=num_cpus, num_gpus=worker_gpus(cfg.cluster), workers=workers, batch_items=64,
-            timeout_s=cfg.reward.timeout_s, progress=progress, desc="grade",
-            ship_images=cfg.cluster.ship_images, on_batch=kept.add,
-        )  # fmt: skip
-    rates, errors = kept.rates([it.id for it in items])
+    rates, errors = pass_rates(
+        model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
+        num_cpus=num_cpus, num_gpus=worker_gpus(cfg.cluster), workers=workers,
+        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
+        kept=kept,
+    )  # fmt: skip
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
     )

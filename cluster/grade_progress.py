@@ -18,16 +18,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cluster.grade import tally
 from rewards.base import is_unscorable
 
 log = logging.getLogger(__name__)
 
 
 class GradeProgress:
-    def __init__(self, out: Path, settings: dict[str, Any]):
-        self.path = out.with_name(out.name + ".partial")
+    """Each graded item's passing and scored answers and errors, by id; kept in
+    ``OUT.partial`` when given ``out``, else in memory only. ``settings`` holds the pass
+    ``threshold`` (and, with a file, whatever else must match to continue)."""
+
+    def __init__(self, out: Path | None, settings: dict[str, Any]):
+        self.path = out.with_name(out.name + ".partial") if out is not None else None
         self.settings = settings
         self.done: dict[str, dict[str, Any]] = {}
+        if self.path is None:
+            return
         if self.path.is_file():
             self._load()
         if not self.path.is_file():
@@ -62,8 +69,6 @@ class GradeProgress:
         """Record one batch's scored answers (`cluster.evaluate.answer_records`' records),
         item by item: its answers reaching the threshold, those the verifiers scored, and the
         errors by kind (counted as `cluster.grade.tally` counts them)."""
-        from cluster.grade import tally
-
         by_item: dict[str, list[dict[str, Any]]] = {}
         for r in records:
             by_item.setdefault(r["id"], []).append(r)
@@ -72,23 +77,25 @@ class GradeProgress:
             passed, errors = tally(rs, self.settings["threshold"])
             scored = sum(not is_unscorable(r["error"]) for r in rs)
             per[i] = {"id": i, "passed": passed[i], "scored": scored, "errors": dict(errors)}
-        with self.path.open("a", encoding="utf-8") as f:
-            for rec in per.values():
-                f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                for rec in per.values():
+                    f.write(json.dumps(rec) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         self.done.update(per)
 
     def rates(self, ids: Sequence[str]) -> tuple[dict[str, float | None], Counter[str]]:
         """Each item's pass rate over its scored answers (None without any), and the errors by
-        kind, as `cluster.grade.pass_rates` gives them."""
+        kind (an item without a record: None, no errors)."""
         errors: Counter[str] = Counter()
         out: dict[str, float | None] = {}
         for i in ids:
-            rec = self.done[i]
+            rec = self.done.get(i, {"passed": 0, "scored": 0, "errors": {}})
             errors.update(rec["errors"])
             out[i] = rec["passed"] / rec["scored"] if rec["scored"] else None
         return out, errors
 
     def finish(self) -> None:
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)

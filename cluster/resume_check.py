@@ -97,11 +97,12 @@ def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, An
     """Log (and return) the settings that differ from the run's saved ``config.yaml``: those
     that apply from here on, and those a resumed RL run's sampler keeps from its snapshot."""
     _, diff = _diff(cfg, run_dir)
-    shown = {k: v for k, v in diff.items() if not k.startswith("curriculum.")}  # warned apart
+    shown = {k: v for k, v in diff.items() if not k.startswith("curriculum.")}  # see below
     kept = {}
     if cfg.stage == "rl" and snapshot_meta(run_dir) is not None:
         kept = {k: v for k, v in shown.items() if k.startswith(SNAPSHOT_KEEPS)}
         shown = {k: v for k, v in shown.items() if k not in kept}
+        warn_curriculum_changes(cfg, run_dir)
     if shown:
         log.warning(
             "--resume: these settings differ from the run's saved config.yaml and apply from "
@@ -117,7 +118,7 @@ def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, An
 
 
 #: What a resumed RL run's sampler takes from its snapshot instead of the config (besides the
-#: ``curriculum`` section, which ``cluster.train.warn_curriculum_changes`` reports).
+#: ``curriculum`` section, which :func:`warn_curriculum_changes` reports).
 SNAPSHOT_KEEPS = ("data.domain_weights",)
 
 
@@ -166,7 +167,7 @@ def as_resumed(cfg: Config, run_dir: Path) -> Config:
     """The config a resumed RL run runs with: its sampler's snapshot keeps the curriculum
     settings and the domain weights it started with, so ``config.yaml`` records those rather
     than the requested ones (which :func:`report_resume_changes` and
-    ``cluster.train.warn_curriculum_changes`` name as not applied)."""
+    :func:`warn_curriculum_changes` name as not applied)."""
     from rlcs.config import CurriculumConfig
 
     meta = snapshot_meta(run_dir)
@@ -178,3 +179,19 @@ def as_resumed(cfg: Config, run_dir: Path) -> Config:
         "curriculum": CurriculumConfig.model_validate(meta["config"]),
         "data": cfg.data.model_copy(update={"domain_weights": weights}),
     })  # fmt: skip
+
+
+def warn_curriculum_changes(cfg: Config, run_dir: Path) -> list[str]:
+    """A resumed sampler continues with the curriculum settings saved with its state: say so
+    when the config asks for others, instead of ignoring them silently."""
+    from rlcs.curriculum.persistence import config_changes, saved_config
+
+    changes = config_changes(saved_config(run_dir), cfg.curriculum)
+    if changes:
+        log.warning(
+            "--resume continues the curriculum with the settings saved in %s; these requested "
+            "changes are not applied (start a new run to use them): %s",
+            run_dir,
+            "; ".join(changes),
+        )
+    return changes

@@ -26,7 +26,6 @@ from cluster.resume_check import (
     check_resume_items,
     check_resume_settings,
     report_resume_changes,
-    snapshot_meta,
 )
 from cluster.rl_iteration import run_iteration
 from cluster.roles import Roles, start_roles
@@ -71,8 +70,6 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
         if cfg.stage == "rl":
             check_resume_items(run_dir, {it.id for it in data.items})
         report_resume_changes(cfg, run_dir)
-        if cfg.stage == "rl" and snapshot_meta(run_dir) is not None:
-            warn_curriculum_changes(cfg, run_dir)
         cfg = as_resumed(cfg, run_dir)  # config.yaml records what the sampler keeps
     model_path = resolve_model(cfg, run_dir)
     if not resume:  # a resumed run keeps its config.yaml until it has restored its checkpoint
@@ -118,22 +115,6 @@ def restore(ckpt: Checkpointer, roles: Roles, step: int) -> None:
             f"the checkpoint of step {step} in {ckpt.root} could not be restored ({why}); the "
             "run's files are as they were"
         ) from e
-
-
-def warn_curriculum_changes(cfg: Config, run_dir: Path) -> list[str]:
-    """A resumed sampler continues with the curriculum settings saved with its state: say so
-    when the config asks for others, instead of ignoring them silently."""
-    from rlcs.curriculum.persistence import config_changes, saved_config
-
-    changes = config_changes(saved_config(run_dir), cfg.curriculum)
-    if changes:
-        log.warning(
-            "--resume continues the curriculum with the settings saved in %s; these requested "
-            "changes are not applied (start a new run to use them): %s",
-            run_dir,
-            "; ".join(changes),
-        )
-    return changes
 
 
 class RunFailed(RuntimeError):

@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from actors.sampler import LocalCurriculumSampler
-from cluster.train import warn_curriculum_changes
+from cluster.resume_check import warn_curriculum_changes
 from rlcs.config import load_config
 from rlcs.data import Item
 
