@@ -139,7 +139,7 @@ def graded_split(cfg: Config, sft: Path, rl_train: Path, root: Path, samples: in
         return out
     cpus = cfg.cluster.learner_cpus_per_rank + cfg.cluster.rollout_cpus_per_worker
     t = time.perf_counter()
-    result = grade_files(cfg, sft, [rl_train], out, samples, cpus)
+    result = grade_files(cfg, sft, [rl_train], out, samples, cpus, overwrite=True)
     marker.write_text(json.dumps(settings, indent=1))
     print(result["table"])
     print(f"INFO graded {result['items']} items x {samples} answers in "

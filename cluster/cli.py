@@ -73,6 +73,7 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("data", nargs="+", help="JSONL or Parquet item files to grade")
     p.add_argument("--out", required=True, help="write the graded items here (JSONL)")
+    _add_overwrite(p)
     p.add_argument(
         "--config",
         default=None,
@@ -89,6 +90,14 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
     )
     _add_workers(p)
     _add_set(p, "rollout.temperature=1.0")
+
+
+def _add_overwrite(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the --out file if it exists (by default an existing file is refused)",
+    )
 
 
 def _add_workers(p: argparse.ArgumentParser) -> None:
@@ -140,6 +149,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
         help="sampling temperature (default 0 for one answer, else rollout.temperature)",
     )
     p.add_argument("--out", default=None, help="write every scored answer here (JSONL)")
+    _add_overwrite(p)
     p.add_argument(
         "--cpus",
         type=positive_float,

@@ -278,10 +278,12 @@ def eval_files(
     workers: int = 1,
     batch_items: int | None = 128,
     out: Path | None = None,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
-    answer there as JSONL (one line each, in item order)."""
+    answer there as JSONL (one line each, in item order), replacing a file there only with
+    ``overwrite``."""
     from cluster.stage_data import load_rl_items
     from cluster.train import connect_ray
     from rlcs.data import check_output_file
@@ -289,7 +291,7 @@ def eval_files(
     if out is not None:
         if out.resolve() in {p.resolve() for p in inputs}:
             raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
-        check_output_file(out)
+        check_output_file(out, overwrite=overwrite)
     items = load_rl_items(list(inputs), cfg.reward.custom_domains)
     if not items:
         raise ValueError("no items to evaluate")
@@ -422,7 +424,7 @@ def main(args: argparse.Namespace) -> int:
         result = eval_files(
             cfg, model, files, samples=samples, temperature=temperature,
             num_cpus=args.cpus or cfg.cluster.rollout_cpus_per_worker, workers=args.workers,
-            batch_items=args.batch_items or None, out=Path(args.out) if args.out else None,
+            batch_items=args.batch_items or None, out=Path(args.out) if args.out else None, overwrite=args.overwrite,
         )  # fmt: skip
     except (DatasetError, ValueError) as e:
         print(f"rlcs eval: {e}", file=sys.stderr)

@@ -173,8 +173,10 @@ def grade_files(
     num_cpus: float,
     progress: bool = True,
     workers: int = 1,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``.
+    """Grade the items of ``inputs`` and write them, graded, as one JSONL file at ``out``
+    (replacing a file there only with ``overwrite``).
     What is graded is kept in ``OUT.partial`` as it comes back, and a grading interrupted
     before its end goes on from there when run again (`cluster.grade_progress`)."""
     from cluster.grade_progress import GradeProgress
@@ -186,7 +188,7 @@ def grade_files(
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
     check_sampling(cfg.rollout)
-    check_output_file(out)
+    check_output_file(out, overwrite=overwrite)
     domains = register_domains(cfg.reward.custom_domains)
     loaded = [(p, check_ground_truths(p, load_items(p, domains))) for p in inputs]
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
@@ -235,7 +237,8 @@ def main(args: argparse.Namespace) -> int:
     cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker
     try:
         result = grade_files(cfg, model, [Path(p) for p in args.data], Path(args.out),
-                             args.samples, cpus, workers=args.workers)  # fmt: skip
+                             args.samples, cpus, workers=args.workers,
+                             overwrite=args.overwrite)  # fmt: skip
     except (DatasetError, ValueError) as e:
         print(f"rlcs grade: {e}", file=sys.stderr)
         return 2

@@ -216,12 +216,15 @@ def _short(ref: str) -> str:
     return repr(ref if len(ref) <= 60 else ref[:57] + "...")
 
 
-def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+def check_output_file(path: str | Path, flag: str = "--out", overwrite: bool = True) -> Path:
     """Check, before any work, that a result can be written at ``path`` (its folder is made),
-    so that a long run does not end in an error that loses what it computed."""
+    so that a long run does not end in an error that loses what it computed; without
+    ``overwrite``, an existing file there is refused rather than replaced."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a directory; give a file name")
+    if not overwrite and path.exists():
+        raise ValueError(f"{flag} {path} exists; give another file, or --overwrite to replace it")
     parent = path.parent
     existing = next(d for d in (parent, *parent.parents) if d.exists())
     if not existing.is_dir():

@@ -136,6 +136,8 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_t
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     (tmp_path / "afile").write_text("")
+    (tmp_path / "kept.jsonl").write_text("earlier answers\n")
+    kept = str(tmp_path / "kept.jsonl")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     root = f"run.root={tmp_path / 'runs'}"
@@ -150,6 +152,10 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_t
         ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl")): "a row must be a JSON object",
         ("eval", str(tiny_text_model), str(tmp_path / "empty.jsonl"), "--out", str(tmp_path)):
             "is a directory; give a file name",
+        ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out", kept):
+            "kept.jsonl exists; give another file, or --overwrite to replace it",
+        ("grade", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out", kept):
+            "kept.jsonl exists; give another file, or --overwrite to replace it",
         ("grade", str(tiny_text_model), str(tmp_path / "nope.jsonl"), "--out", "g.jsonl"):
             "dataset file not found",
         ("grade", str(tiny_text_model), str(tmp_path), "--out", "g.jsonl"):
@@ -169,6 +175,7 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_t
         assert cli.main(list(argv)) == 2, argv
         assert message in capsys.readouterr().err, argv
     assert not list((tmp_path / "runs").rglob("config.yaml"))
+    assert (tmp_path / "kept.jsonl").read_text() == "earlier answers\n"
     assert not (tmp_path / "runs" / "badmodel").exists()  # the bad model.path wrote nothing
 
 

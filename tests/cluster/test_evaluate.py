@@ -196,7 +196,7 @@ def _eval_args(model, data, **kw):
 
     base = dict(
         model=str(model), data=[str(p) for p in data], config=None, samples=1, temperature=None,
-        out=None, cpus=1.0, workers=1, batch_items=2, step=None,
+        out=None, overwrite=False, cpus=1.0, workers=1, batch_items=2, step=None,
         overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
     )  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
@@ -240,6 +240,11 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     # the untrained model's answers are malformed: wrong answers, not unscorable ones
     assert sum(result["summary"]["all"]["errors"].values()) > 0
     assert result["summary"]["all"]["unscorable"] == 0
+    # an existing --out is replaced only when asked to
+    assert main(_eval_args(tiny_vlm, [heldout], out=str(answers))) == 2
+    assert "a.jsonl exists; give another file, or --overwrite" in capsys.readouterr().err
+    assert main(_eval_args(tiny_vlm, [heldout], out=str(answers), overwrite=True)) == 0
+    assert len(answers.read_text().splitlines()) == len(ids)  # one greedy answer an item
 
     # bad input: a clear message and exit code 2, nothing written
     for bad, message in [

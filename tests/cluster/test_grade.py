@@ -153,7 +153,7 @@ def test_rlcs_grade_writes_difficulties_the_curriculum_starts_from(
     out = tmp_path / "graded" / "rl.jsonl"
     args = argparse.Namespace(
         model=str(tiny_vlm), data=[str(task_files["rl_train"])], out=str(out), config=None,
-        samples=2, cpus=1.0, workers=1,
+        samples=2, cpus=1.0, workers=1, overwrite=False,
         overrides=["rollout.max_think_tokens=8", "rollout.max_answer_tokens=8"],
     )  # fmt: skip
     assert main(args) == 0
@@ -214,7 +214,8 @@ def test_an_interrupted_grading_goes_on_where_it_stopped(
     with kept.path.open("a") as f:
         f.write('{"id": "cut sh')  # the line the interruption cut short
     args = argparse.Namespace(model=str(tiny_vlm), data=[str(p) for p in inputs], out=str(out),
-                              config=None, samples=2, cpus=1.0, workers=1, overrides=overrides)  # fmt: skip
+                              config=None, samples=2, cpus=1.0, workers=1, overwrite=False,
+                              overrides=overrides)  # fmt: skip
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert f"continuing the grading kept in {kept.path}: 3 of 6 items graded already" in printed
@@ -223,9 +224,16 @@ def test_an_interrupted_grading_goes_on_where_it_stopped(
     assert all(graded[i] in (0.0, 0.5, 1.0) for i in ids[3:])
     assert not kept.path.exists()
 
+    # the graded file is not replaced without --overwrite
+    before = out.read_text()
+    assert main(args) == 2
+    assert "graded.jsonl exists; give another file, or --overwrite" in capsys.readouterr().err
+    assert out.read_text() == before
+
     # kept progress from another grading (other samples) is set aside and everything graded
     other = GradeProgress(out, grade_settings(cfg, tiny_vlm, inputs, 4, len(ids)))
     other.add([{"id": ids[0], "reward": 1.0, "error": None}])
+    args.overwrite = True
     assert main(args) == 0
     assert "continuing" not in capsys.readouterr().out
     assert kept.path.with_name(kept.path.name + ".stale").is_file()

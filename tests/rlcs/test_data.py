@@ -171,6 +171,9 @@ def test_an_output_file_is_checked_before_the_work(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(ValueError, match="afile is a file, not a folder"):
         check_output_file(tmp_path / "afile" / "out.jsonl")
+    assert check_output_file(tmp_path / "afile") == tmp_path / "afile"  # replaced by default
+    with pytest.raises(ValueError, match=r"--out .*afile exists; give another file, or --ov"):
+        check_output_file(tmp_path / "afile", overwrite=False)
 
 
 def test_inline_images_carries_the_files_bytes(tmp_path, shapes_image):
