@@ -2,12 +2,14 @@
 
 A resumed run takes its settings from the config given now, and most of them may differ from
 the run's saved ``config.yaml`` (more iterations, another evaluation schedule, another
-learning rate): those are listed, so none changes unnoticed. Two kinds may not:
+learning rate): those are listed, so none changes unnoticed. Three kinds may not:
 
 - the **stage**: an SFT run resumed as RL would find no RL checkpoint, start at step 0, and
   replace the SFT run's metrics, checkpoints and exported model with its own;
 - the **tiny model** the run built into ``RUN_DIR/model``: the run goes on with the model it
-  built, so other ``model.tiny`` settings would be recorded in ``config.yaml`` and not applied.
+  built, so other ``model.tiny`` settings would be recorded in ``config.yaml`` and not applied;
+- once a learner checkpoint exists, the **learner's layout** (``FIXED_BY_CHECKPOINT``), which
+  DeepSpeed's checkpoint loader does not convert.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ FIXED = ("stage", "model.tiny", "model.tiny_overrides")
 #: ... and those it must keep once it has saved a learner checkpoint: DeepSpeed partitions the
 #: optimizer state over the ranks, and loads it back only as it was saved (2 ranks into 1: "The
 #: checkpoint being loaded used a DP world size of 2 but the current world size is 1"; ZeRO-2
-#: into ZeRO-3: an assertion in its state-dict loader).
-FIXED_BY_CHECKPOINT = ("learner.num_ranks", "learner.zero_stage")
+#: into ZeRO-3: an assertion in its state-dict loader; fp32 into bf16 and back: it looks for the
+#: optimizer-state files under the other precision's names, "bf16_zero_pp_rank_0_..." against
+#: "zero_pp_rank_0_...", and finds none).
+FIXED_BY_CHECKPOINT = ("learner.num_ranks", "learner.zero_stage", "learner.precision")
 
 
 class ResumeConflict(ValueError):

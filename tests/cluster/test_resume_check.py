@@ -152,11 +152,13 @@ def test_config_yaml_of_a_resumed_rl_run_records_what_its_sampler_keeps(tmp_path
 
 
 def test_the_learner_layout_is_fixed_once_a_checkpoint_holds_it(tmp_path):
-    """DeepSpeed loads a ZeRO checkpoint only into the ranks and stage it was saved from (2
-    ranks into 1 and ZeRO-2 into ZeRO-3 both failed inside the learner, after Ray started)."""
+    """DeepSpeed loads a ZeRO checkpoint only into the ranks, stage and precision it was saved
+    from (2 ranks into 1, ZeRO-2 into ZeRO-3, fp32 into bf16 and back all failed inside the
+    learner, after Ray started)."""
     cfg = saved(tmp_path, [*SFT, "learner.num_ranks=2"])
     one_rank = load_config(
-        ROOT / "configs" / "tiny-text.yaml", [*SFT, f"run.root={tmp_path}", "learner.zero_stage=3"]
+        ROOT / "configs" / "tiny-text.yaml",
+        [*SFT, f"run.root={tmp_path}", "learner.zero_stage=3", "learner.precision=bf16"],
     )
     check_resume_settings(one_rank, cfg.run_dir)  # no checkpoint yet: the run starts over
     (cfg.run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
@@ -164,8 +166,8 @@ def test_the_learner_layout_is_fixed_once_a_checkpoint_holds_it(tmp_path):
         check_resume_settings(one_rank, cfg.run_dir)
     assert str(err.value) == (
         f"--resume: the learner checkpoint of step 2 in {cfg.run_dir} cannot load with "
-        f"learner.num_ranks: 2 -> 1; learner.zero_stage: {cfg.learner.zero_stage} -> 3 (saved -> "
-        "asked): DeepSpeed loads it only into the layout it was saved from; resume with the "
+        f"learner.num_ranks: 2 -> 1; learner.precision: 'fp32' -> 'bf16'; learner.zero_stage: "
+        f"{cfg.learner.zero_stage} -> 3 (saved -> asked): DeepSpeed loads it only into the layout it was saved from; resume with the "
         "run's own settings, or start a new run"
     )
 
