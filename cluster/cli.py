@@ -26,7 +26,7 @@ from rewards.argtypes import (
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("cluster.train", "main", "run pretraining, SFT or RL from a config (its `stage`)"),
     "demo": ("cluster.demo", "main", "run the embedded end-to-end default on this machine"),
-    "eval": ("cluster.evaluate", "main", "a model's pass rates on item files, per domain"),
+    "eval": ("cluster.eval_command", "main", "a model's pass rates on item files, per domain"),
     "grade": ("cluster.grade", "main", "offline RLCS grading: each item's pass rate under a model"),
     "serve-rewards": ("rewards.server", "main", "serve the reward verifiers over HTTP"),
     "dashboard": ("rlcs.dashboard", "main", "serve the curriculum dashboard for a run directory"),

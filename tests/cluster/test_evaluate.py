@@ -1,4 +1,5 @@
-"""Held-out evaluation (cluster.evaluate): the figures the demo and the benchmarks report."""
+"""Held-out evaluation (cluster.evaluate) and `rlcs eval` (cluster.eval_command): the figures
+the demo and the benchmarks report."""
 
 import shutil
 from collections import defaultdict
@@ -148,7 +149,8 @@ def _record(item_id, domain, passed, error=None, reward=None, sample=0):
 
 
 def test_eval_summary_gives_pass_rate_pass_at_k_and_keeps_unscorable_answers_apart():
-    from cluster.evaluate import eval_summary, summary_table
+    from cluster.eval_command import summary_table
+    from cluster.evaluate import eval_summary
 
     records = [
         _record("m1", "math", True), _record("m1", "math", False, "format", sample=1),
@@ -207,7 +209,8 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
 ):
     import json
 
-    from cluster.evaluate import eval_summary, main
+    from cluster.eval_command import main
+    from cluster.evaluate import eval_summary
     from rlcs.data import load_items
     from rlcs.tasks import build_task_data
 
@@ -285,7 +288,7 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
 def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(
     tmp_path, tiny_text_model
 ):
-    from cluster.evaluate import EvalTargetError, resolve_target
+    from cluster.eval_command import EvalTargetError, resolve_target
     from rlcs.config import load_config
 
     model = tmp_path / "model"
