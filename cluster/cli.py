@@ -33,14 +33,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _add_set(p: argparse.ArgumentParser, example: str) -> None:
+def _add_set(p: argparse.ArgumentParser, example: str, note: str = "") -> None:
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"override a config value, e.g. --set {example} (repeatable)",
+        help=f"override a config value, e.g. --set {example} (repeatable){note}",
     )
 
 
@@ -53,6 +53,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="where to write the run (default runs/demo)")
     p.add_argument("--config", default=None, help="the RL config (default configs/tiny-vlm.yaml)")
+    _add_set(p, "run.iterations=150", "; pretraining and SFT keep the steps and learning "
+             "rates the demo gives them")  # fmt: skip
     p.add_argument(
         "--dashboard-port",
         type=port_or_off,

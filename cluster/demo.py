@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlcs.config import Config, load_config
@@ -127,9 +129,19 @@ def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
         )
 
 
-def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = False) -> dict:
+def run(
+    config: Path,
+    root: Path,
+    dashboard_port: int | None,
+    resume: bool = False,
+    overrides: Sequence[str] = (),
+) -> dict:
     """The whole demo into ``root``. ``resume`` keeps the stages of an earlier attempt that
-    finished with the same settings (see ``StageLedger``)."""
+    finished with the same settings (see ``StageLedger``). ``overrides`` (``key=value``) change
+    ``config`` for every stage, before the demo's own settings for pretraining and SFT
+    (``PRETRAIN``, ``SFT``), which therefore keep theirs, and after those for RL (``RL``):
+    ``run.iterations=150`` lengthens RL alone, and on ``resume`` leaves the data, pretraining
+    and SFT kept."""
     from rich.console import Console
     from rich.table import Table
 
@@ -162,16 +174,17 @@ def run(config: Path, root: Path, dashboard_port: int | None, resume: bool = Fal
         console.print(f"[green]{name} done[/] in {walls[name]:.0f}s")
         return out
 
-    base = load_config(config)
+    base = load_config(config, list(overrides))
     stage("data", lambda: build_data(base, root), base.data.model_dump(mode="json")["synthetic"])
     files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
-    pre = stage_config(config, root, "pretrain", [*PRETRAIN, *data_overrides(files, "pretrain")])
+    pre = stage_config(config, root, "pretrain",
+                       [*overrides, *PRETRAIN, *data_overrides(files, "pretrain")])  # fmt: skip
     connect_ray(pre)
     stage("pretrain", lambda: train(pre), stage_settings(pre))
-    sft = stage_config(config, root, "sft", [*SFT, *data_overrides(files, "sft"),
+    sft = stage_config(config, root, "sft", [*overrides, *SFT, *data_overrides(files, "sft"),
                                              f"model.path={root / 'pretrain' / 'hf'}"])  # fmt: skip
     stage("sft", lambda: train(sft), stage_settings(sft))
-    rl = stage_config(config, root, "rl", [*RL, *data_overrides(files, "rl_train"),
+    rl = stage_config(config, root, "rl", [*RL, *overrides, *data_overrides(files, "rl_train"),
                                            f"model.path={root / 'sft' / 'hf'}"])  # fmt: skip
     heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
@@ -322,7 +335,7 @@ def main(args: argparse.Namespace) -> int:
     root = Path(args.run_dir or "runs/demo")
     config = Path(args.config or DEFAULT_CONFIG)
     try:  # everything a user can get wrong is checked before the first stage starts
-        cfg = load_config(config)
+        cfg = load_config(config, args.overrides)
         if cfg.data.synthetic is None:
             raise ConfigError(f"{config}: the demo builds its data: give a data.synthetic section")
     except ConfigError as e:
@@ -364,10 +377,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
     try:
-        run(config, root.resolve(), args.dashboard_port, args.resume)
+        run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides)
     except KeyboardInterrupt:
-        again = f"rlcs demo --resume --run-dir {root}" + (
-            f" --config {config}" if args.config else ""
+        again = shlex.join(
+            ["rlcs", "demo", "--resume", "--run-dir", str(root)]
+            + (["--config", str(config)] if args.config else [])
+            + [a for kv in args.overrides for a in ("--set", kv)]
         )
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip

@@ -11,8 +11,9 @@ import yaml
 from cluster import demo
 
 
-def args(run_dir, resume=False, config=None):
-    return argparse.Namespace(run_dir=str(run_dir), config=config, dashboard_port=0, resume=resume)
+def args(run_dir, resume=False, config=None, overrides=()):
+    return argparse.Namespace(run_dir=str(run_dir), config=config, dashboard_port=0, resume=resume,
+                              overrides=list(overrides))  # fmt: skip
 
 
 def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
@@ -25,6 +26,15 @@ def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
     assert demo.main(args(other, resume=True)) == 2
     assert "holds no demo" in capsys.readouterr().err
     assert (other / "data" / "keep.txt").read_text() == "not a demo's"
+
+
+def test_a_bad_set_is_refused_before_anything_is_written(tmp_path, capsys):
+    root = tmp_path / "demo"
+    assert demo.main(args(root, overrides=["run.iterations=many"])) == 2
+    assert "run.iterations" in capsys.readouterr().err
+    assert demo.main(args(root, overrides=["run.no_such_key=1"])) == 2
+    assert "no_such_key" in capsys.readouterr().err
+    assert not root.exists()
 
 
 def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
@@ -93,9 +103,13 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         # and the RL settings were edited: pretraining and SFT do not read them
         cfg["rollout"]["temperature"] = 1.0
         config.write_text(yaml.safe_dump(cfg))
-        second = demo.run(config, root, dashboard_port=None, resume=True)
+        # and more RL iterations asked for with --set
+        second = demo.run(config, root, None, resume=True, overrides=["run.iterations=2"])
     finally:
         ray.shutdown()
+    from rlcs.runlog import read_metrics
+
+    assert max(r["step"] for r in read_metrics(root / "rl")) == 2
     assert set(second["kept_stages"]) == {"data", "pretrain", "sft"}
     assert second["stage_wall_s"]["rl"] > 0
     for s, mtime in weights.items():
