@@ -51,7 +51,7 @@ def eval_files(
     ``overwrite``."""
     from cluster.stage_data import load_rl_items
     from cluster.train import connect_ray
-    from rlcs.data import check_output_file
+    from rlcs.data import check_output_file, write_jsonl
 
     if out is not None:
         if out.resolve() in {p.resolve() for p in inputs}:
@@ -67,12 +67,7 @@ def eval_files(
         timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with tmp.open("w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-        tmp.replace(out)
+        write_jsonl(records, out)
     return {"model": str(model_path), "samples": samples, "temperature": temperature,
             "summary": eval_summary(records), "out": str(out) if out else None}  # fmt: skip
 
