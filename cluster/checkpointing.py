@@ -71,9 +71,11 @@ class Checkpointer:
         if state and state.get("step") != step:
             raise RuntimeError(f"checkpoint {tag_of(step)} holds step {state.get('step')}")
 
-    def maybe_save(self, roles, step: int) -> None:
+    def maybe_save(self, roles, step: int, final: bool = False) -> None:
+        """Save on schedule (``run.save_every``), at the run's last step, and at ``final``: a
+        step the run ends at before its last (``run.max_wall_s``)."""
         every, last = self.cfg.run.save_every, self._last_step()
-        if (every and step % every == 0) or step == last:
+        if (every and step % every == 0) or step == last or final:
             self.save(roles, step)
 
     def save(self, roles, step: int) -> None:

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -37,16 +38,18 @@ from cluster.stage_data import (
     resolve_model,
     supervised_batch,
 )
-from rlcs.config import Config, ConfigError, load_config, write_resolved
+from cluster.wall_budget import WallBudget
+from rlcs.config import Config, ConfigError, load_config
 from rlcs.data import make_writable_dir
 from rlcs.group_filters import load_group_filter
 from rlcs.report import write_report
-from rlcs.runlog import RunLog
+from rlcs.runlog import RunLog, write_resolved
 
 log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, resume: bool = False) -> Path:
+    clock = WallBudget(cfg.run.max_wall_s)  # the run's time limit counts from here
     if not ray.is_initialized():
         check_ray_address(cfg)  # an address where nothing answers stops the run before any write
     grpo = cfg.learner.grpo
@@ -57,12 +60,12 @@ def train(cfg: Config, resume: bool = False) -> Path:
         raise FileNotFoundError(f"model.path {cfg.model.path}: {problem}")  # before any write
     run_dir = prepare_run_dir(cfg, resume, lock=True)
     try:
-        return _run(cfg, resume, run_dir, keep)
+        return _run(cfg, resume, run_dir, keep, clock)
     finally:
         unlock_run_dir(run_dir)
 
 
-def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
+def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> Path:
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
@@ -86,9 +89,9 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep) -> Path:
             write_resolved(cfg, run_dir)
         with RunLog(run_dir, resume_step=start if resume else None) as log:
             if cfg.stage == "rl":
-                run_rl(cfg, roles, data, log, ckpt, start)
+                run_rl(cfg, roles, data, log, ckpt, start, clock)
             else:
-                run_supervised(cfg, roles, data, log, ckpt, start)
+                run_supervised(cfg, roles, data, log, ckpt, start, clock)
         roles.learner.export_hf(run_dir / "hf")
         write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
     except ray.exceptions.RayActorError as e:
@@ -130,7 +133,13 @@ def _role_of(err: Exception) -> str:
 
 
 def run_rl(
-    cfg: Config, roles: Roles, data: StageData, log: RunLog, ckpt: Checkpointer, start: int
+    cfg: Config,
+    roles: Roles,
+    data: StageData,
+    log: RunLog,
+    ckpt: Checkpointer,
+    start: int,
+    clock: WallBudget,
 ) -> None:
     items = data.by_id()
     if start:
@@ -142,21 +151,42 @@ def run_rl(
         initial=start,
         total=cfg.run.iterations,
     )
+    every = cfg.run.eval_every if data.eval_items else 0
+    eval_s = None  # how long the last held-out evaluation took
+
+    def evaluate_now(step: int) -> dict[str, float]:
+        nonlocal eval_s
+        t = time.perf_counter()
+        ev = evaluate_live(
+            roles, data.eval_items, cfg.reward.timeout_s, samples=cfg.run.eval_samples,
+            temperature=cfg.rollout.temperature, step=EVAL_STEP_OFFSET + step,
+        )  # fmt: skip
+        eval_s = time.perf_counter() - t
+        return eval_metrics(ev)
+
     for it in bar:
+        t = time.perf_counter()
         res = run_iteration(cfg, roles, items, it)
-        every = cfg.run.eval_every
-        if every and data.eval_items and ((it + 1) % every == 0 or it + 1 == cfg.run.iterations):
-            ev = evaluate_live(
-                roles, data.eval_items, cfg.reward.timeout_s, samples=cfg.run.eval_samples,
-                temperature=cfg.rollout.temperature, step=EVAL_STEP_OFFSET + it + 1,
-            )  # fmt: skip
-            res.metrics.update(eval_metrics(ev))
+        clock.took(time.perf_counter() - t)
+        due = every and ((it + 1) % every == 0 or it + 1 == cfg.run.iterations)
+        if due:
+            res.metrics.update(evaluate_now(it + 1))
+        # one more iteration, and the evaluation that would end the run there (the first not
+        # yet timed: as long as an iteration), must fit in what is left of run.max_wall_s
+        then = (eval_s if eval_s is not None else clock.next_s()) if every else 0.0
+        out_of_time = it + 1 < cfg.run.iterations and not clock.another_fits(then)
+        if out_of_time and every and not due:
+            res.metrics.update(evaluate_now(it + 1))
         log.log(it + 1, res.metrics, stage="rl")
         log.samples(it + 1, res.samples)
         m = res.metrics
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", valid=f"{m['curriculum/valid_fraction']:.2f}",
                         tok_s=f"{m['generate/tokens_per_s']:.0f}", step_s=f"{m['time/iteration']:.1f}")  # fmt: skip
-        ckpt.maybe_save(roles, it + 1)
+        ckpt.maybe_save(roles, it + 1, final=out_of_time)
+        if out_of_time:
+            bar.close()
+            clock.stopped(it + 1, cfg.run.iterations, "iteration")
+            break
 
 
 def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -172,18 +202,31 @@ def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def run_supervised(
-    cfg: Config, roles: Roles, data: StageData, log: RunLog, ckpt: Checkpointer, start: int
+    cfg: Config,
+    roles: Roles,
+    data: StageData,
+    log: RunLog,
+    ckpt: Checkpointer,
+    start: int,
+    clock: WallBudget,
 ) -> None:
     steps, batch = cfg.learner.steps, cfg.learner.global_batch
     bar = tqdm(range(start, steps), desc=cfg.stage, unit="step", initial=start, total=steps)
     for step in bar:
+        t = time.perf_counter()
         rows = supervised_batch(data.rows, step, batch, cfg.run.seed)
         out = roles.learner.train_step(cfg.stage, rows)
         metrics = {k: float(v) for k, v in out.items() if isinstance(v, (int, float))}
         metrics["tokens_per_s"] = out["tokens"] / max(out["step_s"], 1e-9)
         log.log(step + 1, metrics, stage=cfg.stage)
         bar.set_postfix(loss=f"{out['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
-        ckpt.maybe_save(roles, step + 1)
+        clock.took(time.perf_counter() - t)
+        out_of_time = step + 1 < steps and not clock.another_fits()
+        ckpt.maybe_save(roles, step + 1, final=out_of_time)
+        if out_of_time:
+            bar.close()
+            clock.stopped(step + 1, steps, "step")
+            break
 
 
 def prepare_run_dir(cfg: Config, resume: bool, lock: bool = False) -> Path:

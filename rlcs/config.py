@@ -152,11 +152,9 @@ class RolloutConfig(Section):
     )
     cpu_allocator: Literal["tcmalloc", "system"] = Field(
         "tcmalloc",
-        description=(
-            "vLLM CPU engine's malloc: tcmalloc (Debian libtcmalloc-minimal4) reuses freed pages, "
-            "which makes a weight reload about 4x faster; falls back to the system's with a "
-            "warning when not installed. Ignored on GPU hosts and by the hf engine."
-        ),
+        description="vLLM CPU engine's malloc: tcmalloc (Debian libtcmalloc-minimal4) reuses "
+        "freed pages, which makes a weight reload about 4x faster; falls back to the system's "
+        "with a warning when not installed. Ignored on GPU hosts and by the hf engine.",
     )
 
 
@@ -390,6 +388,14 @@ class RunConfig(Section):
         "and eval/pass_at_k/<domain> (items with at least one); 0: greedy only.",
     )
     samples_per_iteration: int = Field(8, ge=0)
+    max_wall_s: float | None = Field(
+        None,
+        gt=0.0,
+        description="Stop early where one more RL iteration or learner step (and the "
+        "evaluation that would end the run), timed by the last ones, would end past this many "
+        "seconds after the run started: the run ends as if done, its last iteration evaluated "
+        "and checkpointed, its model exported; --resume goes on. None: no limit.",
+    )
     seed: int = 0
 
 
@@ -436,13 +442,3 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         return Config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_errors(e, source, overridden)) from None
-
-
-def write_resolved(config: Config, run_dir: str | Path) -> Path:
-    """Write the resolved config to ``RUN_DIR/config.yaml``."""
-    out = Path(run_dir) / "config.yaml"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".yaml.tmp")
-    tmp.write_text(config.to_yaml())
-    tmp.replace(out)
-    return out

@@ -1,4 +1,5 @@
-"""What a run writes as it goes: ``metrics.jsonl``, TensorBoard scalars and sample rollouts.
+"""What a run writes as it goes: its resolved ``config.yaml``, ``metrics.jsonl``, TensorBoard
+scalars and sample rollouts.
 
 Every step appends one JSON object to ``RUN_DIR/metrics.jsonl`` and flushes it, so a killed run
 loses at most the step in flight. On resume, records past the checkpoint's step are dropped
@@ -11,7 +12,10 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlcs.config import Config
 
 
 def _jsonable(v: Any) -> Any:
@@ -102,3 +106,13 @@ def truncate_metrics(path: Path, last_step: int) -> None:
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
     tmp.replace(path)
+
+
+def write_resolved(config: Config, run_dir: str | Path) -> Path:
+    """Write the resolved config to ``RUN_DIR/config.yaml`` (atomically)."""
+    out = Path(run_dir) / "config.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".yaml.tmp")
+    tmp.write_text(config.to_yaml())
+    tmp.replace(out)
+    return out

@@ -13,7 +13,8 @@ from cluster.resume_check import (
     report_resume_changes,
 )
 from cluster.train import prepare_run_dir
-from rlcs.config import load_config, write_resolved
+from rlcs.config import load_config
+from rlcs.runlog import write_resolved
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = ["stage=sft", "model.tiny=text"]

@@ -237,6 +237,30 @@ def test_supervised_stages_run_through_the_same_driver(tmp_path, stage):
     ).is_file()
 
 
+@pytest.mark.slow
+def test_a_run_stopped_by_its_time_limit_ends_as_if_done_and_resumes(tmp_path):
+    # a 1 s limit is spent before the first iteration ends: the run stops after it, evaluates
+    # and checkpoints it although neither is on schedule, and exports its model
+    sets = [*FAST, "rollout.engine=hf", "run.iterations=3", "run.eval_every=2", "run.save_every=0"]
+    r = run_cli("configs/tiny-text.yaml", *set_args([*sets, "run.max_wall_s=1"], tmp_path))
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "run.max_wall_s=1: stopped after iteration 1 of 3" in r.stderr
+    run = tmp_path / "tiny-text"
+    recs = read_metrics(run)
+    assert [m["step"] for m in recs] == [1] and "eval/pass_rate/all" in recs[0]
+    assert (run / "checkpoints" / "step_00000001").is_dir()
+    assert (run / "hf" / "config.json").is_file() and (run / "report.md").is_file()
+    # --resume without the limit goes on from that checkpoint to the run's end
+    r = run_cli(
+        "configs/tiny-text.yaml", "--resume", *set_args([*sets, "run.max_wall_s=null"], tmp_path)
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    recs = read_metrics(run)
+    assert [m["step"] for m in recs] == [1, 2, 3]
+    assert [m["step"] for m in recs if "eval/pass_rate/all" in m] == [1, 2, 3]
+    assert (run / "checkpoints" / "step_00000003").is_dir()
+
+
 def test_eval_metrics_name_every_figure_of_the_held_out_evaluation():
     from cluster.train import eval_metrics
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcs.config import Config, ConfigError, load_config, write_resolved
+from rlcs.config import Config, ConfigError, load_config
+from rlcs.runlog import write_resolved
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

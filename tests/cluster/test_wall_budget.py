@@ -1,0 +1,159 @@
+"""``run.max_wall_s``: the time limit's arithmetic, and where the RL and supervised loops stop
+under it, on a simulated clock (the loops' actors replaced by stand-ins that advance it). The
+real driver stopping and resuming under a limit is in tests/cluster/test_train.py."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import cluster.train as train
+from cluster.stage_data import StageData
+from cluster.wall_budget import WallBudget
+from rlcs.config import load_config
+from rlcs.data import Item
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(time, "perf_counter", c)
+    return c
+
+
+def test_the_budget_is_judged_by_the_slowest_of_the_last_few(clock):
+    budget = WallBudget(100.0, window=3)
+    assert budget.another_fits(then_s=1e9)  # nothing timed yet: the first always runs
+    clock.now = 50.0
+    budget.took(20.0)
+    assert budget.another_fits() and budget.another_fits(then_s=30.0)
+    assert not budget.another_fits(then_s=30.5)
+    for _ in range(3):
+        budget.took(5.0)  # the 20 s iteration leaves the window
+    assert budget.next_s() == 5.0 and budget.another_fits(then_s=45.0)
+    clock.now = 96.0
+    assert not budget.another_fits()
+    unlimited = WallBudget(None)
+    unlimited.took(1e9)
+    assert unlimited.another_fits(then_s=1e9)
+
+
+class Recorder:
+    """The run log and the checkpointer: what the loop logged and when it saved."""
+
+    def __init__(self):
+        self.logged: list[tuple[int, dict]] = []
+        self.saves: list[tuple[int, bool]] = []
+
+    def log(self, step, metrics, stage):
+        self.logged.append((step, dict(metrics)))
+
+    def samples(self, step, rows):
+        pass
+
+    def maybe_save(self, roles, step, final=False):
+        self.saves.append((step, final))
+
+
+def rl_config(iterations: int, limit: float | None):
+    return load_config(
+        "configs/tiny-text.yaml",
+        [
+            f"run.iterations={iterations}",
+            "run.eval_every=4",
+            f"run.max_wall_s={'null' if limit is None else limit}",
+        ],
+    )
+
+
+def fake_rl(monkeypatch, clock: Clock, iter_s: float, eval_s: float) -> list[int]:
+    evaluated: list[int] = []
+
+    def run_iteration(cfg, roles, items, it):
+        clock.now += iter_s
+        metrics = {"reward/mean": 0.5, "curriculum/valid_fraction": 1.0,
+                   "generate/tokens_per_s": 1.0, "time/iteration": iter_s}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, samples=[])
+
+    def evaluate_live(roles, items, timeout_s, samples, temperature, step):
+        clock.now += eval_s
+        evaluated.append(step - train.EVAL_STEP_OFFSET)
+        return {"all": {"pass_rate": 0.5, "reward": 0.5}}
+
+    monkeypatch.setattr(train, "run_iteration", run_iteration)
+    monkeypatch.setattr(train, "evaluate_live", evaluate_live)
+    return evaluated
+
+
+def run_rl(cfg, rec: Recorder):
+    data = StageData(eval_items=[Item(id="h", domain="math", prompt="1+1", answer="2")])
+    train.run_rl(cfg, SimpleNamespace(), data, rec, rec, 0, WallBudget(cfg.run.max_wall_s))
+
+
+def test_rl_stops_where_one_more_iteration_and_its_evaluation_would_pass_the_limit(
+    monkeypatch, clock, capsys
+):
+    # 10 s an iteration, 5 s an evaluation (every 4 iterations), a 62 s limit: after iteration
+    # 4 and its evaluation the clock reads 45, and one more with its evaluation ends at 60;
+    # after iteration 5 (55 s) a sixth would end at 70, so the run ends at 5, evaluated there
+    # although 5 is off the schedule, and checkpointed
+    evaluated = fake_rl(monkeypatch, clock, iter_s=10.0, eval_s=5.0)
+    rec = Recorder()
+    run_rl(rl_config(10, 62.0), rec)
+    assert [step for step, _ in rec.logged] == [1, 2, 3, 4, 5]
+    assert evaluated == [4, 5] and "eval/pass_rate/all" in rec.logged[-1][1]
+    assert rec.saves[-1] == (5, True) and not any(final for _, final in rec.saves[:-1])
+    assert clock.now == 60.0  # within the limit
+    assert "stopped after iteration 5 of 10" in capsys.readouterr().err
+
+
+def test_rl_budgets_an_iteration_for_an_evaluation_not_yet_timed(monkeypatch, clock):
+    # 10 s iterations and a 25 s limit: after iteration 1 a second and an evaluation as long
+    # as an iteration end at 30, so the run ends at 1 with its own evaluation
+    evaluated = fake_rl(monkeypatch, clock, iter_s=10.0, eval_s=3.0)
+    rec = Recorder()
+    run_rl(rl_config(10, 25.0), rec)
+    assert [step for step, _ in rec.logged] == [1] and evaluated == [1]
+    assert rec.saves == [(1, True)]
+
+
+def test_without_a_limit_rl_runs_every_iteration(monkeypatch, clock):
+    evaluated = fake_rl(monkeypatch, clock, iter_s=1e6, eval_s=1e6)
+    rec = Recorder()
+    run_rl(rl_config(5, None), rec)
+    assert [step for step, _ in rec.logged] == [1, 2, 3, 4, 5]
+    assert evaluated == [4, 5] and rec.saves[-1] == (5, False)
+
+
+def test_supervised_steps_stop_under_the_limit(monkeypatch, clock, capsys):
+    cfg = load_config(
+        "configs/tiny-text.yaml", ["stage=sft", "learner.steps=10", "run.max_wall_s=35"]
+    )
+
+    def train_step(stage, rows):
+        clock.now += 10.0
+        return {"loss": 1.0, "tokens": 100, "step_s": 10.0}
+
+    monkeypatch.setattr(train, "supervised_batch", lambda rows, step, batch, seed: rows)
+    roles = SimpleNamespace(learner=SimpleNamespace(train_step=train_step))
+    rec = Recorder()
+    train.run_supervised(cfg, roles, StageData(rows=[{}]), rec, rec, 0, WallBudget(35.0))
+    # after step 3 (30 s) a fourth would end at 40
+    assert [step for step, _ in rec.logged] == [1, 2, 3]
+    assert rec.saves[-1] == (3, True)
+    assert "stopped after step 3 of 10" in capsys.readouterr().err
+
+
+def test_the_limit_must_be_positive():
+    from rlcs.config import ConfigError
+
+    with pytest.raises(ConfigError, match="max_wall_s"):
+        load_config("configs/tiny-text.yaml", ["run.max_wall_s=0"])
