@@ -56,6 +56,14 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     _add_set(p, "run.iterations=150", "; pretraining and SFT keep the steps and learning "
              "rates the demo gives them")  # fmt: skip
     p.add_argument(
+        "--minutes",
+        type=non_negative_float,
+        default=14.0,
+        help="the demo's time budget (default 14): RL stops after the iteration that leaves "
+        "just enough for the last evaluation and the report (run.max_wall_s); 0: no limit, "
+        "RL runs all of run.iterations",
+    )
+    p.add_argument(
         "--dashboard-port",
         type=port_or_off,
         default=8266,

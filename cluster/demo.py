@@ -41,6 +41,10 @@ SFT = ["stage=sft", "learner.steps=300", "learner.lr=3.0e-4", VISION_LR,
 #: The RL stage runs configs/tiny-vlm.yaml as it is, plus a held-out evaluation every few
 #: iterations so the report and the dashboard show the held-out pass rate as RL goes.
 RL = ["run.eval_every=6"]
+#: What the demo's time budget (``--minutes``) keeps back from RL (``run.max_wall_s``) for what
+#: comes after it: the RL stage's export, report and shutdown, the held-out evaluation of its
+#: model (7-17 s on two cores) and the demo's report.
+AFTER_RL_S = 45.0
 
 
 def build_data(cfg: Config, root: Path) -> dict[str, Path]:
@@ -77,8 +81,10 @@ RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weigh
 
 def stage_settings(cfg: Config) -> dict:
     """What a demo stage's result depends on: its whole resolved config, less the parts that
-    only RL reads when the stage is pretraining or SFT."""
+    only RL reads when the stage is pretraining or SFT. The time limit is left out: it is what
+    the demo's budget left when the stage started, and a stage that finished under it is done."""
     out = cfg.model_dump(mode="json")
+    del out["run"]["max_wall_s"]
     if cfg.stage != "rl":
         for path in RL_ONLY:
             *parents, key = path.split(".")
@@ -135,19 +141,22 @@ def run(
     dashboard_port: int | None,
     resume: bool = False,
     overrides: Sequence[str] = (),
+    budget_s: float | None = None,
 ) -> dict:
     """The whole demo into ``root``. ``resume`` keeps the stages of an earlier attempt that
     finished with the same settings (see ``StageLedger``). ``overrides`` (``key=value``) change
     ``config`` for every stage, before the demo's own settings for pretraining and SFT
     (``PRETRAIN``, ``SFT``), which therefore keep theirs, and after those for RL (``RL``):
     ``run.iterations=150`` lengthens RL alone, and on ``resume`` leaves the data, pretraining
-    and SFT kept."""
+    and SFT kept. ``budget_s`` bounds the whole demo's wall time: RL gets what the stages
+    before it left, less ``AFTER_RL_S``, as its ``run.max_wall_s`` (at least one iteration)."""
     from rich.console import Console
     from rich.table import Table
 
     from cluster.evaluate import evaluate
     from cluster.stage_data import load_stage_data
     from cluster.train import connect_ray, train
+    from rlcs.runlog import read_metrics
     from rlcs.tasks import SPLITS
 
     console = Console()
@@ -184,13 +193,22 @@ def run(
     sft = stage_config(config, root, "sft", [*overrides, *SFT, *data_overrides(files, "sft"),
                                              f"model.path={root / 'pretrain' / 'hf'}"])  # fmt: skip
     stage("sft", lambda: train(sft), stage_settings(sft))
-    rl = stage_config(config, root, "rl", [*RL, *overrides, *data_overrides(files, "rl_train"),
-                                           f"model.path={root / 'sft' / 'hf'}"])  # fmt: skip
+    rl_sets = [*RL, *overrides, *data_overrides(files, "rl_train"),
+               f"model.path={root / 'sft' / 'hf'}"]  # fmt: skip
+    rl = stage_config(config, root, "rl", rl_sets)
     heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
     cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
     before = stage("eval after SFT",
                    lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
+    if budget_s:
+        left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
+        rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])
+        console.print(
+            f"RL: up to {rl.run.iterations} iterations, stopping after the one that leaves "
+            f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
+            f"{rl.run.max_wall_s:.0f}; --minutes sets the budget, 0 lifts it)"
+        )
 
     def rl_stage() -> None:
         dash = None
@@ -210,6 +228,7 @@ def run(
 
     wall = time.perf_counter() - t0
     rl_rewards = _domain_rewards(rl.run_dir)
+    rl_iters = max((r["step"] for r in read_metrics(rl.run_dir)), default=0)
     table = Table(title=f"held-out pass rate, {len(heldout)} items (greedy)")
     for col in ("domain", "after SFT", "after RL", "mean RL reward"):
         table.add_column(col, justify="right" if col != "domain" else "left")
@@ -218,7 +237,8 @@ def run(
                       f"{rl_rewards.get(d, float('nan')):.3f}" if d != "all" else "")  # fmt: skip
     console.print(table)
     console.print(f"wall time {wall:.0f}s: " + ", ".join(
-        f"{k} kept" if k in ledger.kept else f"{k} {v:.0f}s" for k, v in walls.items()))  # fmt: skip
+        f"{k} kept" if k in ledger.kept else f"{k} {v:.0f}s" for k, v in walls.items())
+        + f" ({rl_iters} RL iterations)")  # fmt: skip
     summary = {
         "sft_pass_rate": before["all"]["pass_rate"],
         "rl_pass_rate": after["all"]["pass_rate"],
@@ -230,6 +250,7 @@ def run(
         "stage_wall_s": walls,
         "kept_stages": ledger.kept,
         "rl_reward": rl_rewards,
+        "rl_iterations": rl_iters,
         "heldout_items": len(heldout),
     }
     (root / "demo.json").write_text(json.dumps(summary, indent=2))
@@ -273,6 +294,8 @@ def write_demo_report(root: Path, summary: dict) -> Path:
     lines += [f"| {k} | kept from an earlier attempt ({kept[k]:.0f} then) |" if k in kept
               else f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]  # fmt: skip
     lines += [f"| total | {summary['wall_s']:.0f} |", ""]
+    if "rl_iterations" in summary:
+        lines += [f"RL ran {summary['rl_iterations']} iterations.", ""]
 
     # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
     evals = [r for r in records if "eval/pass_rate/all" in r]
@@ -377,12 +400,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
     try:
-        run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides)
+        budget = 60 * args.minutes if args.minutes else None
+        run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides, budget)
     except KeyboardInterrupt:
         again = shlex.join(
             ["rlcs", "demo", "--resume", "--run-dir", str(root)]
             + (["--config", str(config)] if args.config else [])
             + [a for kv in args.overrides for a in ("--set", kv)]
+            + ([f"--minutes={args.minutes:g}"] if args.minutes != 14.0 else [])
         )
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip

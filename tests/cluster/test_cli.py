@@ -89,6 +89,17 @@ def test_eval_parses_its_arguments_with_greedy_defaults(monkeypatch):
     assert args.data == ["a.jsonl", "b.jsonl"] and args.overrides == ["rollout.n=1"]
 
 
+def test_demo_has_a_14_minute_budget_unless_told(monkeypatch):
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "demo", ("json", "dumps", "x"))
+    monkeypatch.setattr("json.dumps", lambda args: seen.setdefault("args", args) and 0)
+    cli.main(["demo"])
+    assert seen.pop("args").minutes == 14.0
+    cli.main(["demo", "--minutes", "0", "--set", "run.iterations=150"])
+    args = seen.pop("args")
+    assert args.minutes == 0.0 and args.overrides == ["run.iterations=150"]
+
+
 def test_numbers_out_of_range_are_refused_when_parsed(capsys):
     import pytest
 
@@ -96,6 +107,7 @@ def test_numbers_out_of_range_are_refused_when_parsed(capsys):
         ("serve-rewards", "--port", "99999"): "a port is 1 to 65535, got 99999",
         ("dashboard", "runs/x", "--port", "-1"): "a port is 1 to 65535, got -1",
         ("demo", "--dashboard-port", "70000"): "a port is 1 to 65535, got 70000",
+        ("demo", "--minutes", "-1"): "must be a number of at least 0, got -1",
         ("serve-rewards", "--workers", "0"): "must be at least 1, got 0",
         ("serve-rewards", "--timeout", "0"): "must be a number above 0",
         ("eval", "m", "--samples", "0"): "must be at least 1, got 0",

@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from cluster import demo
+from rlcs.config import load_config
 
 
 def args(run_dir, resume=False, config=None, overrides=()):
     return argparse.Namespace(run_dir=str(run_dir), config=config, dashboard_port=0, resume=resume,
-                              overrides=list(overrides))  # fmt: skip
+                              overrides=list(overrides), minutes=14.0)  # fmt: skip
 
 
 def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
@@ -70,6 +71,9 @@ def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):
         assert settings(stage) != settings(stage, "data.seq_len=128")
     # RL's own stage counts every setting
     assert settings("rl") != settings("rl", "rollout.temperature=1.0")
+    # but not the time limit the demo's budget gives it: a stage that finished is done
+    for stage in ("pretrain", "sft", "rl"):
+        assert settings(stage) == settings(stage, "run.max_wall_s=300")
 
 
 @pytest.mark.slow
@@ -81,7 +85,7 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         domains=["math", "ocr"], sizes={"rl_train": 8, "heldout": 4, "sft": 8, "pretrain": 8}
     )
     cfg["rollout"]["n"] = 2
-    cfg["run"].update(iterations=1, prompts_per_iteration=4)
+    cfg["run"].update(iterations=2, prompts_per_iteration=4)
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(cfg))
     short = ["learner.steps=2", "learner.global_batch=4", "learner.micro_batch=4"]
@@ -89,8 +93,10 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
     monkeypatch.setattr(demo, "SFT", [*demo.SFT, *short])
     root = tmp_path / "demo"
     try:
-        first = demo.run(config, root, dashboard_port=None)
-        assert first["kept_stages"] == {}
+        # a budget spent before RL starts: RL still runs one iteration, and stops there
+        first = demo.run(config, root, dashboard_port=None, budget_s=1.0)
+        assert first["kept_stages"] == {} and first["rl_iterations"] == 1
+        assert load_config(root / "rl" / "config.yaml").run.max_wall_s == 1.0
         assert {"sft_pass_rate", "rl_pass_rate"} <= set(
             json.loads((root / "demo.json").read_text())
         )
@@ -104,12 +110,12 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         cfg["rollout"]["temperature"] = 1.0
         config.write_text(yaml.safe_dump(cfg))
         # and more RL iterations asked for with --set
-        second = demo.run(config, root, None, resume=True, overrides=["run.iterations=2"])
+        second = demo.run(config, root, None, resume=True, overrides=["run.iterations=3"])
     finally:
         ray.shutdown()
     from rlcs.runlog import read_metrics
 
-    assert max(r["step"] for r in read_metrics(root / "rl")) == 2
+    assert max(r["step"] for r in read_metrics(root / "rl")) == 3 == second["rl_iterations"]
     assert set(second["kept_stages"]) == {"data", "pretrain", "sft"}
     assert second["stage_wall_s"]["rl"] > 0
     for s, mtime in weights.items():
