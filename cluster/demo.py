@@ -204,13 +204,14 @@ def run(
     if budget_s:
         left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
         rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])
-        console.print(
-            f"RL: up to {rl.run.iterations} iterations, stopping after the one that leaves "
-            f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
-            f"{rl.run.max_wall_s:.0f}; --minutes sets the budget, 0 lifts it)"
-        )
 
     def rl_stage() -> None:
+        if budget_s:
+            console.print(
+                f"RL: up to {rl.run.iterations} iterations, stopping after the one that leaves "
+                f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
+                f"{rl.run.max_wall_s:.0f}; --minutes sets the budget, 0 lifts it)"
+            )
         dash = None
         if dashboard_port:
             dash = start_dashboard(rl.run_dir, dashboard_port, root / "dashboard.log")
