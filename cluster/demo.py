@@ -408,7 +408,7 @@ def main(args: argparse.Namespace) -> int:
             ["rlcs", "demo", "--resume", "--run-dir", str(root)]
             + (["--config", str(config)] if args.config else [])
             + [a for kv in args.overrides for a in ("--set", kv)]
-            + ([f"--minutes={args.minutes:g}"] if args.minutes != 14.0 else [])
+            + [f"--minutes={args.minutes:g}"]
         )
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip

@@ -12,9 +12,27 @@ from cluster import demo
 from rlcs.config import load_config
 
 
-def args(run_dir, resume=False, config=None, overrides=()):
+def args(run_dir, resume=False, config=None, overrides=(), minutes=14.0):
     return argparse.Namespace(run_dir=str(run_dir), config=config, dashboard_port=0, resume=resume,
-                              overrides=list(overrides), minutes=14.0)  # fmt: skip
+                              overrides=list(overrides), minutes=minutes)  # fmt: skip
+
+
+def test_ctrl_c_says_the_command_that_continues_with_the_same_flags(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    def interrupted(config, root, port, resume, overrides, budget_s):
+        seen["budget_s"] = budget_s
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run", interrupted)
+    root = tmp_path / "d"
+    assert demo.main(args(root, overrides=["run.iterations=150"], minutes=0)) == 130
+    assert seen["budget_s"] is None  # --minutes 0: no limit
+    err = capsys.readouterr().err
+    assert f"rlcs demo --resume --run-dir {root} --set run.iterations=150 --minutes=0" in err
+    assert demo.main(args(root, resume=True, minutes=2.5)) == 130
+    assert seen["budget_s"] == 150.0
+    assert "--minutes=2.5" in capsys.readouterr().err
 
 
 def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
