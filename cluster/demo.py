@@ -228,8 +228,9 @@ def run(
                   lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
 
     wall = time.perf_counter() - t0
-    rl_rewards = _domain_rewards(rl.run_dir)
-    rl_iters = max((r["step"] for r in read_metrics(rl.run_dir)), default=0)
+    rl_metrics = read_metrics(rl.run_dir)
+    rl_rewards = _domain_rewards(rl_metrics)
+    rl_iters = max((r["step"] for r in rl_metrics), default=0)
     table = Table(title=f"held-out pass rate, {len(heldout)} items (greedy)")
     for col in ("domain", "after SFT", "after RL", "mean RL reward"):
         table.add_column(col, justify="right" if col != "domain" else "left")
@@ -336,12 +337,10 @@ def result_line(summary: dict) -> str:
     )
 
 
-def _domain_rewards(run_dir: Path) -> dict[str, float]:
-    """Mean reward per domain over the whole RL stage."""
-    from rlcs.runlog import read_metrics
-
+def _domain_rewards(metrics: list[dict]) -> dict[str, float]:
+    """Mean reward per domain over the whole RL stage (its ``metrics.jsonl`` records)."""
     sums: dict[str, list[float]] = {}
-    for rec in read_metrics(run_dir):
+    for rec in metrics:
         for k, v in rec.items():
             # a domain has both reward/D and pass_rate/D; reward/mean does not
             domain = k.split("/", 1)[1] if k.startswith("reward/") else None
@@ -362,6 +361,12 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config(config, args.overrides)
         if cfg.data.synthetic is None:
             raise ConfigError(f"{config}: the demo builds its data: give a data.synthetic section")
+        if cfg.run.max_wall_s is not None:
+            # every stage would take it as its own limit, and cut pretraining or SFT short
+            raise ConfigError(
+                f"run.max_wall_s={cfg.run.max_wall_s:g} is set (in {config} or by --set): the "
+                "demo's time limit is --minutes, which gives RL what pretraining and SFT leave"
+            )
     except ConfigError as e:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2

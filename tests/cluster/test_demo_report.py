@@ -2,7 +2,7 @@
 
 import rlcs.report
 from cluster.demo import _domain_rewards, result_line, write_demo_report
-from rlcs.runlog import RunLog
+from rlcs.runlog import RunLog, read_metrics
 
 
 def _demo_root(tmp_path):
@@ -18,7 +18,7 @@ def _demo_root(tmp_path):
     (tmp_path / "rl" / "report.md").write_text("# rl")
     before = {"math": {"pass_rate": 0.5}, "ocr": {"pass_rate": 1.0}, "all": {"pass_rate": 0.75}}
     after = {"math": {"pass_rate": 0.7}, "ocr": {"pass_rate": 1.0}, "all": {"pass_rate": 0.85}}
-    rewards = _domain_rewards(tmp_path / "rl")
+    rewards = _domain_rewards(read_metrics(tmp_path / "rl"))
     summary = {"sft_pass_rate": 0.75, "rl_pass_rate": 0.85, "gain_points": 10.0,
                "min_domain_rl_reward": min(rewards.values()), "wall_s": 321.0,
                "before": before, "after": after, "rl_reward": rewards, "heldout_items": 256,

@@ -53,6 +53,10 @@ def test_a_bad_set_is_refused_before_anything_is_written(tmp_path, capsys):
     assert "run.iterations" in capsys.readouterr().err
     assert demo.main(args(root, overrides=["run.no_such_key=1"])) == 2
     assert "no_such_key" in capsys.readouterr().err
+    # a time limit would apply to every stage, pretraining and SFT too: --minutes is the demo's
+    assert demo.main(args(root, overrides=["run.max_wall_s=300"])) == 2
+    err = capsys.readouterr().err
+    assert "run.max_wall_s=300 is set" in err and "--minutes" in err
     assert not root.exists()
 
 
