@@ -161,6 +161,25 @@ def prompts_rolled_out(run_dir: Path) -> dict[int, int]:
     return out
 
 
+def draws_per_item(run_dir: Path) -> tuple[float, int] | None:
+    """How often a run drew its items: the mean over the whole pool of draws per item (each draw
+    one group of ``rollout.n`` rollouts) and the most any item was drawn, from the curriculum's
+    last snapshot; None when the run left none. A policy that keeps going back to a few items
+    can learn their answers rather than the skill (docs/demo.md)."""
+    import yaml
+
+    from rlcs.curriculum.persistence import CURRICULUM_DIR
+    from rlcs.curriculum.snapshot import SnapshotError, read_snapshot
+
+    try:
+        arrays, _ = read_snapshot(run_dir / CURRICULUM_DIR)
+    except (SnapshotError, FileNotFoundError):
+        return None
+    n = yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"]  # as resolved
+    draws = arrays["attempts"] / n
+    return float(draws.mean()), int(draws.max())
+
+
 def cost_at(costs: list[dict[int, int]], iteration: float) -> float:
     """The mean over seeds of the prompts rolled out by the end of ``iteration`` (inf if it
     is inf, nan where a run's metrics do not say)."""
@@ -230,6 +249,7 @@ def main() -> None:
 
     curves: dict[str, list[dict[int, float]]] = {p: [] for p in args.policies}
     costs: dict[str, list[dict[int, int]]] = {p: [] for p in args.policies}
+    draws: dict[str, list[tuple[float, int] | None]] = {p: [] for p in args.policies}
     for seed in args.seeds:
         for policy in args.policies:
             name = f"{policy}-seed{seed}"
@@ -247,6 +267,7 @@ def main() -> None:
             curve = {0: start, **curve}
             curves[policy].append(curve)
             costs[policy].append(prompts_rolled_out(root / "runs" / name))
+            draws[policy].append(draws_per_item(root / "runs" / name))
             print(f"INFO {name}: " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items())),
                   flush=True)  # fmt: skip
 
@@ -271,6 +292,10 @@ def main() -> None:
         spent = cost_at(costs[p], args.iterations) / args.iterations
         print(f"INFO {p}: {spent:.1f} prompts rolled out a step; {prompts[p]:.0f} by its first "
               f"evaluation at the target (iteration {iters[p]:g})", flush=True)  # fmt: skip
+        if all(draws[p]):
+            print(f"INFO {p}: an item drawn {statistics.fmean(m for m, _ in draws[p]):.2f} "
+                  f"times in the mean over the pool, {max(x for _, x in draws[p])} at most "
+                  "(all seeds)", flush=True)  # fmt: skip
     budget = cost_at(costs["uniform"], args.iterations)
     equal = {p: statistics.fmean(within_budget(c, k, budget) for c, k in zip(curves[p], costs[p],
                                                                           strict=True))

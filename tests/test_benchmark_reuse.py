@@ -92,3 +92,27 @@ def test_the_pass_rate_within_a_budget_of_prompts(bench):
     assert bench.within_budget(curve, cost, 400) == 0.7  # iteration 4 is the last inside
     assert bench.within_budget(curve, cost, 100) == 0.5  # only the checkpoint itself
     assert bench.within_budget(curve, {}, 576) != bench.within_budget(curve, {}, 576)  # nan
+
+
+def test_draws_per_item_come_from_the_runs_last_curriculum_snapshot(bench, tmp_path):
+    from collections import Counter
+
+    import numpy as np
+    import yaml
+
+    from rlcs.config import CurriculumConfig
+    from rlcs.curriculum.items import curriculum_from_items
+    from rlcs.data import Item
+
+    items = [Item(id=f"q{i}", domain="math", prompt="p") for i in range(10)]
+    cur = curriculum_from_items(items, CurriculumConfig(policy="uniform"))
+    cur.attach(tmp_path)
+    drawn = Counter()
+    for _ in range(6):  # 3 of 10 items an iteration, each a group of 4 rollouts
+        idx = cur.next_batch(3)
+        drawn.update(idx.tolist())
+        cur.report(cur.id_of(idx), np.ones((len(idx), 4)))
+    cur.save(tmp_path)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"rollout": {"n": 4}}))
+    assert bench.draws_per_item(tmp_path) == (1.8, max(drawn.values()))
+    assert bench.draws_per_item(tmp_path / "no-run") is None
