@@ -18,7 +18,7 @@ step, and until it reached the target, are printed too, with the ratio of the la
     python benchmarks/curriculum_vs_uniform.py --base runs/demo    # reuse a demo's SFT checkpoint
         [--iterations 36] [--eval-every 6] [--seeds 0 1 2] [--grade 4] [--set key=value ...]
 
-36 iterations by default (about 45 minutes for the nine runs on two cores): at 12, uniform
+36 iterations by default (about an hour for the nine runs on two cores): at 12, uniform
 sampling ended within 0.2 points of the SFT checkpoint in every measurement, so there was no
 progress to compare (benchmarks/README.md).
 
