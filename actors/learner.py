@@ -32,7 +32,7 @@ from actors.learner_model import (
 from actors.network import free_port, node_ip
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
-from rlcs.packing import Document, collate
+from rlcs.packing import Document, collate, tree_attention_mask
 
 
 class Learner:
@@ -121,13 +121,16 @@ class Learner:
             return pos
         rope = pos[None].repeat(3, 1, 1)
         inner = self.engine.module.model
-        for row, start, length, grid in b.get("doc_spans", []):
+        for row, start, length, grid, prefix in b.get("doc_spans", []):
             if grid is None:
                 continue
-            ids = b["input_ids"][row : row + 1, start : start + length]
-            mm = b["mm_token_type_ids"][row : row + 1, start : start + length]
+            ids = b["input_ids"][row : row + 1, start : start + prefix]
+            mm = b["mm_token_type_ids"][row : row + 1, start : start + prefix]
             p3, _ = inner.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=grid)
-            rope[:, row, start : start + length] = p3[:, 0]
+            rope[:, row, start : start + prefix] = p3[:, 0]
+            if prefix < length:  # a tree's continuations: text after the prefix, one step a token
+                after = pos[row, start + prefix : start + length] - prefix
+                rope[:, row, start + prefix : start + length] = p3.max() + 1 + after
         return torch.cat([pos[None], rope], dim=0)
 
     def _logits(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
@@ -139,6 +142,13 @@ class Learner:
         if "pixel_values" in b:
             kw["pixel_values"] = b["pixel_values"].to(dev)
             kw["image_grid_thw"] = b["image_grid_thw"].to(dev)
+        if "branch_ids" in b:  # tree documents: attention only the explicit mask can express
+            if self.varlen:
+                raise ValueError("tree documents (learner.grpo.share_prompts) need sdpa or eager")
+            mask = tree_attention_mask(b["doc_index"], b["branch_ids"]).to(dev)
+            if self.config.learner.attn_implementation == "eager":  # an additive mask
+                mask = torch.zeros(mask.shape, device=dev).masked_fill(~mask, float("-inf"))
+            kw["attention_mask"] = mask
         if not self.varlen:
             return model(**kw).logits
         # flash-attention: the rows end to end in one, where transformers reads each document's

@@ -23,7 +23,7 @@ import torch
 
 from rlcs.config import Config
 from rlcs.grpo import group_advantages, token_weights
-from rlcs.packing import Document, plan_step
+from rlcs.packing import Document, plan_step, share_prefix
 from rlcs.sft import build_sft_example
 
 IMAGE_TOKEN = "<|image|>"
@@ -158,7 +158,8 @@ def rl_documents(
     nothing to the gradient when the objective has no KL or entropy term: unless
     ``skip_zero_advantage`` or ``learner.grpo.skip_zero_advantage`` is off, it is left out,
     images unencoded and no forward pass run, while the loss normaliser still counts it, so the
-    update is the one the whole batch gives.
+    update is the one the whole batch gives. With ``learner.grpo.share_prompts`` a group's
+    samples in one mini-batch become tree documents (``rlcs.packing.share_prefix``).
     """
     grpo = config.learner.grpo
     rewards = [float(_get(t, "reward")) for t in trajectories]
@@ -206,7 +207,25 @@ def rl_documents(
         for d, i in zip(docs, kept, strict=True):
             if mini_of[i] == m:
                 d.weights = [w[i] * x for x in d.weights]
-    return docs, [mini_of[i] for i in kept], n_mini
+    if not grpo.share_prompts:
+        return docs, [mini_of[i] for i in kept], n_mini
+    # A group's rollouts in one mini-batch as tree documents: their prompt computed once
+    by_prompt: dict[tuple, list[int]] = {}
+    for k, i in enumerate(kept):
+        t = trajectories[i]
+        key = (mini_of[i], _get(t, "item_id"), tuple(_get(t, "prompt_token_ids")))
+        by_prompt.setdefault(key, []).append(k)
+    shared, shared_mini = [], []
+    for (m, _, prompt), members in by_prompt.items():
+        trees = share_prefix([docs[k] for k in members], len(prompt), config.data.seq_len)
+        shared.extend(trees)
+        shared_mini.extend([m] * len(trees))
+    return shared, shared_mini, n_mini
+
+
+def samples_in(doc: Document) -> int:
+    """How many rollouts a document holds: one, or a tree's continuations."""
+    return doc.branches[-1] if doc.branches else 1
 
 
 def split_step(
@@ -265,7 +284,7 @@ def prepare_step(
     elif stage == "rl":
         docs, mini_of, n_mini = rl_documents(batch, config, processor)
         steps = split_step(docs, mini_of, config, "policy", micro_batch, num_mini=n_mini)
-        steps[0].info["zero_advantage_samples"] = len(batch) - len(docs)
+        steps[0].info["zero_advantage_samples"] = len(batch) - sum(map(samples_in, docs))
         return steps
     else:
         raise ValueError(f"unknown stage {stage!r} (pretrain, sft, rl)")

@@ -78,8 +78,7 @@ class SyntheticDataConfig(Section):
     )
     domain_difficulty: dict[TaskDomain, DifficultyRange] = Field(
         default_factory=dict,
-        description="A [lo, hi] range for some domains instead of `difficulty`, "
-        "e.g. {ocr: [0.4, 0.6]}.",
+        description="A [lo, hi] range for some domains instead of `difficulty`: {ocr: [0.4, 0.6]}.",
     )
     seed: int = 0
 
@@ -262,6 +261,11 @@ class GRPOConfig(Section):
         description="Policy logprobs from the logits over rollout.temperature: the distribution "
         "the engine sampled from. False trains on the raw (temperature 1) distribution.",
     )
+    share_prompts: bool = Field(
+        False,
+        description="Run each group's prompt and images once per learner pass, its rollouts "
+        "continuing it under one attention mask (same logprobs, fewer tokens; sdpa or eager).",
+    )
     group_filter: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
@@ -423,6 +427,8 @@ class Config(Section):
                 f"learner.attn_implementation={lc.attn_implementation} needs cluster.device=cuda "
                 f"and learner.precision=bf16 (got {self.cluster.device} and {lc.precision})"
             )
+        if flash and lc.grpo.share_prompts:
+            raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")
         return self
 
     @property

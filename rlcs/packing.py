@@ -7,6 +7,11 @@ derives a block-diagonal causal mask from those restarts when no 2-D attention m
 so attention never crosses a document boundary. Padding at the end of a row is one more
 "document" whose targets carry weight 0.
 
+A document may also be a *tree*: one shared prefix (a GRPO group's prompt and its images) and
+several continuations after it (the group's responses), each attending to the prefix and to
+itself only (``Document.branches``). Its rows then need the explicit mask
+``tree_attention_mask`` builds, in place of the one transformers derives from positions.
+
 Planning (which document goes to which rank, row and micro-batch) is separate from collation
 (turning rows into tensors), so a driver can plan a whole step and ship each rank its share.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -31,12 +37,19 @@ class Document:
     so ``weights[0]`` is unused. ``extras`` holds more per-token float series aligned the same
     way (for GRPO: ``advantages``, ``old_logprobs``). ``images`` holds processor outputs for
     the document's images (``pixel_values``, ``image_grid_thw``) and its ``mm_token_type_ids``.
+
+    ``branches`` makes it a tree: 0 for the tokens of the shared prefix (first), then ``k`` for
+    every token of the ``k``-th continuation (1, 2, ... in order, each contiguous). A
+    continuation's positions go on from the prefix's end, so each reads as the sequence
+    prefix + continuation; a continuation's first token is predicted from the prefix's last, so
+    that token is repeated at the start of every continuation (its target weight unused).
     """
 
     input_ids: list[int]
     weights: list[float]
     extras: dict[str, list[float]] = field(default_factory=dict)
     images: dict[str, torch.Tensor] | None = None
+    branches: list[int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.weights) != len(self.input_ids):
@@ -46,6 +59,17 @@ class Document:
                 raise ValueError(
                     f"extras[{k!r}] has {len(v)} values for {len(self.input_ids)} tokens"
                 )
+        if self.branches is not None:
+            b = self.branches
+            if len(b) != len(self.input_ids):
+                raise ValueError(f"{len(self.input_ids)} tokens but {len(b)} branch ids")
+            if not b or b[0] != 0 or any(y not in (x, x + 1) for x, y in pairwise(b)):
+                raise ValueError("branch ids must be 0 for the prefix, then 1, 2, ... in order")
+
+    @property
+    def prefix_len(self) -> int:
+        """Tokens of the shared prefix (all of them for a plain document)."""
+        return len(self) if self.branches is None else self.branches.count(0)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -132,7 +156,8 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
     ``targets``, ``doc_index`` / ``doc_offset`` (which document and which of its tokens each
     target is), and, when documents carry images, ``pixel_values``, ``image_grid_thw`` and
     ``mm_token_type_ids`` concatenated in row order, plus ``doc_spans`` for per-document
-    3-D positions.
+    3-D positions (row, start, length, grid, prefix length). With a tree document among them
+    it also returns ``branch_ids`` (0 outside continuations) for ``tree_attention_mask``.
     """
     width = max(sum(len(d) for d in row) for row in rows)
     b = len(rows)
@@ -145,6 +170,8 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
     extra_names = sorted({k for row in rows for d in row for k in d.extras})
     extras = {k: torch.zeros((b, width), dtype=torch.float32) for k in extra_names}
     has_images = any(d.images is not None for row in rows for d in row)
+    trees = any(d.branches is not None for row in rows for d in row)
+    branch = torch.zeros((b, width), dtype=torch.long)
     mm = torch.zeros((b, width), dtype=torch.int32)
     pixel_values, grids, spans = [], [], []
     n = 0
@@ -160,13 +187,27 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
                 doc_offset[r, at : at + k - 1] = torch.arange(1, k)
                 for name, series in d.extras.items():
                     extras[name][r, at : at + k - 1] = torch.tensor(series[1:], dtype=torch.float32)
+            if d.branches is not None:
+                br = torch.tensor(d.branches, dtype=torch.long)
+                p = d.prefix_len
+                branch[r, at : at + k] = br
+                # a continuation's positions go on from the prefix's (its first token at p)
+                starts = (torch.nonzero(br[1:] != br[:-1]).view(-1) + 1).tolist()
+                for s0, s1 in zip(starts, [*starts[1:], k], strict=True):
+                    pos[r, at + s0 : at + s1] = torch.arange(p, p + s1 - s0)
+                # no target across a branch change (the prefix's last token, each branch's end)
+                cut = at + torch.nonzero(br[1:] != br[:-1]).view(-1)
+                targets[r, cut], weights[r, cut], doc_offset[r, cut] = IGNORE, 0.0, -1
+                for name in d.extras:
+                    extras[name][r, cut] = 0.0
             doc_index[r, at : at + k] = n
             if d.images is not None:
                 mm[r, at : at + k] = d.images["mm_token_type_ids"].to(torch.int32).view(-1)
                 if "pixel_values" in d.images:
                     pixel_values.append(d.images["pixel_values"])
                     grids.append(d.images["image_grid_thw"])
-            spans.append((r, at, k, d.images.get("image_grid_thw") if d.images else None))
+            grid = d.images.get("image_grid_thw") if d.images else None
+            spans.append((r, at, k, grid, d.prefix_len))
             at += k
             n += 1
         if at < width:
@@ -180,10 +221,70 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
         doc_offset=doc_offset,
         **extras,
     )
+    if trees:
+        out["branch_ids"] = branch
     if has_images:
         out["mm_token_type_ids"] = mm
         out["doc_spans"] = spans
         if pixel_values:
             out["pixel_values"] = torch.cat(pixel_values)
             out["image_grid_thw"] = torch.cat(grids)
+    return out
+
+
+def tree_attention_mask(doc_index: torch.Tensor, branch_ids: torch.Tensor) -> torch.Tensor:
+    """The attention mask of rows holding tree documents, ``(rows, 1, L, L)``, True where a
+    query may attend: causal, within its own document, and to a key of the shared prefix or of
+    its own continuation. Padding (``doc_index`` -1) attends only to padding."""
+    length = doc_index.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    same_doc = doc_index[:, :, None] == doc_index[:, None, :]
+    key_b, query_b = branch_ids[:, None, :], branch_ids[:, :, None]
+    same_branch = (key_b == 0) | (key_b == query_b)
+    return (causal & same_doc & same_branch)[:, None]
+
+
+def share_prefix(docs: Sequence[Document], prefix_len: int, seq_len: int) -> list[Document]:
+    """Documents that begin with the same ``prefix_len`` tokens and images (a GRPO group's
+    rollouts of one prompt) as tree documents of at most ``seq_len`` tokens each: the prefix
+    once, then every document's rest (``Document.branches``). The prefix is computed once per
+    tree instead of once per document, and each continuation's logprobs are those of its own
+    document. A document that fits in no tree with another stays as it is."""
+    if prefix_len < 2 or len(docs) < 2:
+        return list(docs)
+    head = docs[0].input_ids[:prefix_len]
+    for d in docs:
+        if d.input_ids[:prefix_len] != head or len(d) <= prefix_len or d.branches is not None:
+            raise ValueError("share_prefix needs plain documents that extend one shared prefix")
+    shared = prefix_len - 1  # the prefix's last token starts every continuation
+    chunks: list[list[Document]] = []
+    size = seq_len + 1
+    for d in docs:
+        rest = len(d) - shared
+        if size + rest > seq_len:
+            chunks.append([])
+            size = shared
+        chunks[-1].append(d)
+        size += rest
+    out = []
+    for chunk in chunks:
+        if len(chunk) == 1:
+            out.append(chunk[0])
+            continue
+        first = chunk[0]
+        ids, weights = first.input_ids[:shared], first.weights[:shared]
+        extras = {k: v[:shared] for k, v in first.extras.items()}
+        branches = [0] * shared
+        for k, d in enumerate(chunk, start=1):
+            ids = ids + d.input_ids[shared:]
+            weights = weights + d.weights[shared:]
+            for name in extras:
+                extras[name] = extras[name] + d.extras[name][shared:]
+            branches += [k] * (len(d) - shared)
+        images = None
+        if first.images is not None:
+            images = dict(first.images)
+            mm = first.images["mm_token_type_ids"].view(-1)[:shared]
+            images["mm_token_type_ids"] = torch.cat([mm, mm.new_zeros(len(ids) - shared)])
+        out.append(Document(ids, weights, extras, images, branches))
     return out

@@ -81,3 +81,83 @@ def test_packed_documents_do_not_attend_across_boundaries(tiny_text_model):
         # without the per-document positions the second document would see the first
         leaky = model(input_ids=batch["input_ids"], use_cache=False).logits[0]
         assert not torch.allclose(leaky[7:12], packed[7:12], atol=1e-3)
+
+
+def test_share_prefix_builds_trees_that_fit_seq_len():
+    """Three rollouts of one 4-token prompt: the prompt's first 3 tokens once, then each
+    rollout from the prompt's last token on; a tree holds what fits in seq_len."""
+    from rlcs.packing import share_prefix
+
+    prompt = [1, 2, 3, 4]
+    docs = [
+        Document(
+            prompt + resp, [0.0] * 4 + [1.0] * len(resp), extras={"a": [0.0] * 4 + [w] * len(resp)}
+        )
+        for resp, w in (([5, 6], 1.0), ([7], -1.0), ([8, 9, 10], 0.5))
+    ]
+    (tree,) = share_prefix(docs, prefix_len=4, seq_len=32)
+    assert tree.input_ids == [1, 2, 3, 4, 5, 6, 4, 7, 4, 8, 9, 10]
+    assert tree.branches == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert tree.prefix_len == 3
+    assert tree.extras["a"] == [0, 0, 0, 0, 1, 1, 0, -1, 0, 0.5, 0.5, 0.5]
+    # 3 + 3 + 2 = 8 fits, the third rollout (4 more) does not: it stays a plain document
+    two, alone = share_prefix(docs, prefix_len=4, seq_len=10)
+    assert two.input_ids == [1, 2, 3, 4, 5, 6, 4, 7] and alone is docs[2]
+    with pytest.raises(ValueError, match="shared prefix"):
+        share_prefix([docs[0], Document([9, 2, 3, 4, 5], [0.0] * 5)], prefix_len=4, seq_len=32)
+    with pytest.raises(ValueError, match="branch ids"):
+        Document([1, 2, 3], [0.0] * 3, branches=[0, 2, 2])
+
+
+def test_collate_tree_positions_targets_and_mask():
+    """A continuation reads as prompt + its own tokens: positions go on from the prompt, no
+    target crosses into the next continuation, and it attends to the prefix and itself only."""
+    from rlcs.packing import share_prefix, tree_attention_mask
+
+    docs = [Document([1, 2, 3] + r, [0.0, 0.0, 0.0] + [1.0] * len(r)) for r in ([5, 6], [7])]
+    (tree,) = share_prefix(docs, prefix_len=3, seq_len=16)
+    plain = Document([20, 21], [0.0, 1.0])
+    batch = collate([[tree, plain]], pad_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 5, 6, 3, 7, 20, 21]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 2, 3, 0, 1]]
+    assert batch["branch_ids"].tolist() == [[0, 0, 1, 1, 1, 2, 2, 0, 0]]
+    assert batch["targets"].tolist() == [[2, IGNORE, 5, 6, IGNORE, 7, IGNORE, 21, IGNORE]]
+    assert batch["weights"].tolist() == [[0, 0, 1, 1, 0, 1, 0, 1, 0]]
+    assert batch["doc_offset"].tolist() == [[1, -1, 3, 4, -1, 6, -1, 1, -1]]
+    mask = tree_attention_mask(batch["doc_index"], batch["branch_ids"])[0, 0]
+    assert mask[6].tolist() == [1, 1, 0, 0, 0, 1, 1, 0, 0]  # second rollout: prefix, itself
+    assert mask[4].tolist() == [1, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert mask[8].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1]  # the plain document: its own
+    assert "branch_ids" not in collate([[plain]], pad_id=0)
+
+
+def test_tree_logits_match_each_rollout_alone(tiny_text_model):
+    """Under the tree mask every continuation's logits are those of prompt + it, run alone."""
+    from transformers import AutoModelForCausalLM
+
+    from rlcs.packing import share_prefix, tree_attention_mask
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, attn_implementation="sdpa").eval()
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 250, (6,), generator=g).tolist()
+    docs = [
+        Document(prompt + torch.randint(3, 250, (n,), generator=g).tolist(), [1.0] * (6 + n))
+        for n in (4, 2, 5)
+    ]
+    (tree,) = share_prefix(docs, prefix_len=6, seq_len=64)
+    batch = collate([[tree]], pad_id=0)
+    mask = tree_attention_mask(batch["doc_index"], batch["branch_ids"])
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"],
+            position_ids=batch["position_ids"],
+            attention_mask=mask,
+            use_cache=False,
+        ).logits[0]
+        at = 5
+        for d in docs:
+            alone = model(input_ids=torch.tensor([d.input_ids])).logits[0]
+            rest = len(d) - 5
+            torch.testing.assert_close(logits[at : at + rest], alone[5:], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(logits[:5], alone[:5], atol=1e-5, rtol=1e-5)
+            at += rest
