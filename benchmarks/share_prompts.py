@@ -1,0 +1,105 @@
+"""The learner's GRPO step with and without ``learner.grpo.share_prompts``, on a run's rollouts.
+
+An RL run keeps a sample of its rollouts (``samples/step_*.jsonl``: prompt and response tokens,
+reward, item). This takes the groups among them whose rewards differ (those the learner trains
+on), up to ``--groups``, with their items' images, and times ``Learner.train_step`` on that
+batch with the run's learner settings, once with one document per rollout and once with each
+group's prompt and images run once (tree documents). Steps alternate plain/shared so both see
+the same CPU contention; the figure is the median step. Tokens are those the learner's passes
+run (the batch's documents), the same trained tokens either way.
+
+    rlcs demo --run-dir runs/demo
+    python benchmarks/share_prompts.py --run runs/demo/rl [--groups 48] [--steps 5] [--set k=v]
+
+Ends with ``RESULT plain_step_s=… shared_step_s=… speedup=… plain_tokens=… shared_tokens=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def rollout_groups(run: Path, groups: int) -> list[list[dict]]:
+    """Up to ``groups`` logged groups whose rewards differ, newest iteration first."""
+    files = sorted((run / "samples").glob("step_*.jsonl"), reverse=True)
+    if not files:
+        raise SystemExit(f"{run}/samples holds no step_*.jsonl: is {run} an RL run's directory?")
+    out: list[list[dict]] = []
+    for f in files:
+        by_item: dict[str, list[dict]] = defaultdict(list)
+        for line in f.read_text().splitlines():
+            t = json.loads(line)
+            if t.get("selected", True) and not t.get("unscorable", False):
+                by_item[t["item_id"]].append(t)
+        out += [g for g in by_item.values() if len({t["reward"] for t in g}) > 1]
+        if len(out) >= groups:
+            break
+    return out[:groups]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
+    ap.add_argument("--groups", type=int, default=48)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="key=value over the run's config, e.g. data.seq_len=512")  # fmt: skip
+    args = ap.parse_args()
+
+    from actors.learner import Learner
+    from actors.learner_batches import prepare_step
+    from rlcs.config import load_config
+    from rlcs.data import decode_image, load_items
+
+    config = load_config(args.run / "config.yaml", args.overrides)
+    groups = rollout_groups(args.run, args.groups)
+    if not groups:
+        raise SystemExit(f"no logged group of {args.run} has rewards that differ")
+    paths = [Path(p) for p in config.data.train]
+    items = {it.id: (it, p.parent) for p in paths for it in load_items(p, check_images=False)}
+    batch = []
+    for g in groups:
+        item, base = items[g[0]["item_id"]]
+        images = [decode_image(ref, base) for ref in item.images]
+        batch += [dict(t, images=images) for t in g]
+    print(f"{len(groups)} groups, {len(batch)} rollouts from {args.run}/samples", flush=True)
+
+    learner = Learner.local(config, config.model.path)
+    grpo = config.learner.grpo
+    times: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    tokens = {}
+    for k in range(args.steps + 1):  # the first round warms up
+        for share in (False, True):
+            grpo.share_prompts = share
+            step = prepare_step("rl", batch, config, learner.tokenizer, learner.processor)[0]
+            tokens[share] = sum(len(d) for d in step.docs)
+            c0, t0 = time.process_time(), time.perf_counter()
+            learner.train_step("rl", batch)
+            if k:
+                times[share].append(time.perf_counter() - t0)
+                cpu[share].append(time.process_time() - c0)
+    plain, shared = statistics.median(times[False]), statistics.median(times[True])
+    print(
+        "steps (s): plain " + " ".join(f"{x:.2f}" for x in times[False])
+        + " | shared " + " ".join(f"{x:.2f}" for x in times[True])
+        + f"; median CPU time plain {statistics.median(cpu[False]):.2f} s,"
+        + f" shared {statistics.median(cpu[True]):.2f} s",
+        flush=True,
+    )  # fmt: skip
+    print(
+        f"RESULT plain_step_s={plain:.3f} shared_step_s={shared:.3f} "
+        f"speedup={plain / shared:.2f} plain_tokens={tokens[False]} shared_tokens={tokens[True]}"
+    )
+
+
+if __name__ == "__main__":
+    main()
