@@ -191,12 +191,13 @@ def collate(rows: Sequence[Sequence[Document]], pad_id: int) -> dict[str, Any]:
                 br = torch.tensor(d.branches, dtype=torch.long)
                 p = d.prefix_len
                 branch[r, at : at + k] = br
+                change = torch.nonzero(br[1:] != br[:-1]).view(-1)  # the last token before one
                 # a continuation's positions go on from the prefix's (its first token at p)
-                starts = (torch.nonzero(br[1:] != br[:-1]).view(-1) + 1).tolist()
+                starts = (change + 1).tolist()
                 for s0, s1 in zip(starts, [*starts[1:], k], strict=True):
                     pos[r, at + s0 : at + s1] = torch.arange(p, p + s1 - s0)
                 # no target across a branch change (the prefix's last token, each branch's end)
-                cut = at + torch.nonzero(br[1:] != br[:-1]).view(-1)
+                cut = at + change
                 targets[r, cut], weights[r, cut], doc_offset[r, cut] = IGNORE, 0.0, -1
                 for name in d.extras:
                     extras[name][r, cut] = 0.0
