@@ -276,11 +276,11 @@ def share_prefix(docs: Sequence[Document], prefix_len: int, seq_len: int) -> lis
         ids, weights = first.input_ids[:shared], first.weights[:shared]
         extras = {k: v[:shared] for k, v in first.extras.items()}
         branches = [0] * shared
-        for k, d in enumerate(chunk, start=1):
-            ids = ids + d.input_ids[shared:]
-            weights = weights + d.weights[shared:]
+        for k, d in enumerate(chunk, start=1):  # the slices above are copies: extend them
+            ids += d.input_ids[shared:]
+            weights += d.weights[shared:]
             for name in extras:
-                extras[name] = extras[name] + d.extras[name][shared:]
+                extras[name] += d.extras[name][shared:]
             branches += [k] * (len(d) - shared)
         images = None
         if first.images is not None:
