@@ -41,6 +41,7 @@ class HFEngine:
         dtype: str = "float32",
         device: str | None = None,
         batch_size: int = 64,
+        share_prefill: bool = True,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -48,6 +49,9 @@ class HFEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
+        # an image prompt's n samples prefilled once (same tokens; 1.3-1.5x faster generation
+        # of the demo's rollouts, benchmarks/hf_generate.py)
+        self.share_prefill = share_prefill
         self.stop_ids = list(stop_ids)
         self.vlm = _is_glm4v(model_path)
         if self.vlm:  # GLM-4.1V, or GLM-4.5V's mixture of experts
@@ -135,6 +139,10 @@ class HFEngine:
             kwargs["mm_token_type_ids"] = (types * mask).to(self.device)
         max_new = rule.max_tokens if rule else max(r.max_tokens for r in reqs)
         sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule)
+        if with_images and self.share_prefill:
+            shared = self._prefill_shared(reqs, ids, mask, types)
+            if shared is not None:  # the prompts and images are in the cache
+                kwargs = {"attention_mask": kwargs["attention_mask"], "past_key_values": shared}
         seqs = self.model.generate(
             ids.to(self.device),
             max_new_tokens=max_new,
@@ -162,6 +170,44 @@ class HFEngine:
             reason = "stop" if new and new[-1] in stops and sampler.cut[b] is None else "length"
             results.append(GenResult(new, logprobs, reason, list(r.prompt_ids), sampler.forced[b]))
         return results
+
+    def _prefill_shared(
+        self, reqs: list[GenRequest], ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+    ) -> Any:
+        """Prefill each distinct prompt of an image batch once (the ``n`` samples of an item
+        share one) and return the KV cache laid out row by row, or None when no two rows share.
+
+        Everything but the prompts' last token goes in: ``generate`` then runs that token for
+        every row and samples on from there, as it would after its own prefill of all rows. The
+        3-D rope offsets the model keeps from a prefill are laid out the same way."""
+        first: dict[tuple, int] = {}
+        index = [
+            first.setdefault((tuple(r.prompt_ids), tuple(r.extra_ids), id(r.mm_inputs)), b)
+            for b, r in enumerate(reqs)
+        ]
+        unique = sorted(first.values())
+        if len(unique) == len(reqs) or ids.shape[1] < 2:
+            return None
+        row_of = {b: k for k, b in enumerate(unique)}
+        sel = torch.tensor(unique)
+        pixel_values = torch.cat([reqs[b].mm_inputs["pixel_values"] for b in unique])
+        grid = torch.cat([reqs[b].mm_inputs["image_grid_thw"] for b in unique])
+        dev = self.device
+        out = self.model(
+            input_ids=ids[sel, :-1].to(dev),
+            attention_mask=mask[sel, :-1].to(dev),
+            pixel_values=pixel_values.to(dev),
+            image_grid_thw=grid.to(dev),
+            mm_token_type_ids=(types * mask)[sel, :-1].to(dev),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        rows = torch.tensor([row_of[b] for b in index], device=dev)
+        cache.batch_select_indices(rows)
+        base = self.model.model
+        base.rope_deltas = base.rope_deltas.to(dev)[rows]
+        return cache
 
     def stage_weights(self, kind: str, payload: Any, version: str) -> int:
         if kind == "nccl":

@@ -208,6 +208,43 @@ def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image
     assert len({tuple(t.token_ids) for t in runs[64] if t.item_id == "t2"}) > 1
 
 
+def test_an_items_samples_share_one_prefill(tiny_vlm, shapes_image, tmp_path, monkeypatch):
+    """The n samples of an image prompt are prefilled once and continue from copies of its KV
+    cache: the same tokens and logprobs as prefilling every row, with fewer prefilled rows."""
+    from actors.rollout import RolloutWorkerImpl
+    from actors.rollout.hf_engine import HFEngine
+
+    shapes_image.save(tmp_path / "a.png")
+    shapes_image.resize((84, 56)).save(tmp_path / "b.png")
+    items = [
+        {"id": "i1", "domain": "vqa", "prompt": "What shapes?", "images": ["a.png"]},
+        {"id": "i2", "domain": "vqa", "prompt": "Count them, please.", "images": ["b.png"]},
+        {"id": "i3", "domain": "vqa", "prompt": "Which is larger?", "images": ["a.png"]},
+    ]
+    worker = RolloutWorkerImpl(
+        str(tiny_vlm),
+        dict(engine="hf", n=4, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=5),
+    )
+    shared_rows = []
+    real = HFEngine._prefill_shared
+
+    def counting(self, reqs, *args):
+        cache = real(self, reqs, *args)
+        shared_rows.append((len(reqs), cache is not None))
+        return cache
+
+    monkeypatch.setattr(HFEngine, "_prefill_shared", counting)
+    shared = worker.generate(items, step=2, base_dir=str(tmp_path), temperature=1.0)
+    assert shared_rows == [(12, True)]  # one batch of 12 rows, prefilled as 3 prompts
+    monkeypatch.setattr(HFEngine, "_prefill_shared", lambda *a: None)
+    plain = worker.generate(items, step=2, base_dir=str(tmp_path), temperature=1.0)
+    assert [t.item_id for t in shared] == [t.item_id for t in plain]
+    for a, b in zip(shared, plain, strict=True):
+        assert a.token_ids == b.token_ids and a.prompt_token_ids == b.prompt_token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+    assert len({tuple(t.token_ids) for t in shared}) > 3  # sampled, not one answer per item
+
+
 def _sampler(temps, top_ps=None, suppress=None, seeds=None, stop_ids=(0,), rule=None, steps=4):
     from actors.rollout.engine import GenRequest
     from actors.rollout.hf_engine import _RowSampler
