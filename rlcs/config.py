@@ -246,6 +246,13 @@ class GRPOConfig(Section):
     eps_high: float = Field(0.28, ge=0.0)
     loss_agg: Literal["sample", "token"] = "sample"
     std_normalize: bool = True
+    negative_scale: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="Multiplies the advantage of every rollout scored below its group's mean: "
+        "1 is GRPO, 0 reinforces only a group's better rollouts (docs/learner.md).",
+    )
     kl_coef: float = Field(0.0, ge=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration.")

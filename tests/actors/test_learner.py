@@ -300,6 +300,28 @@ def test_zero_advantage_samples_are_left_out_with_the_same_gradient(vlm_learner,
     assert g_full.norm() > 0 and _rel(g_lean, g_full) < 1e-6
 
 
+def test_negative_scale_shrinks_only_the_below_mean_advantages(vlm_learner):
+    """``grpo.negative_scale`` multiplies the advantages under a group's mean and leaves the
+    others; at 0 the wrong samples are left out like samples of advantage 0, and the loss is
+    still normalised over every sample of the batch."""
+    from actors.learner_batches import rl_documents
+
+    batch = rl_batch(vlm_learner)
+    advantages = {}
+    for scale in (1.0, 0.5, 0.0):
+        cfg = vlm_learner.config.model_copy(deep=True)
+        cfg.learner.grpo.share_prompts = False
+        cfg.learner.grpo.negative_scale = scale
+        docs, _, _ = rl_documents(batch, cfg, vlm_learner.processor)
+        advantages[scale] = [
+            (next(a for a in d.extras["advantages"] if a), max(d.weights)) for d in docs
+        ]
+    plain = advantages[1.0]
+    assert len(plain) == 8 and sorted(a > 0 for a, _ in plain) == [False] * 4 + [True] * 4
+    assert advantages[0.5] == [(a if a > 0 else a / 2, w) for a, w in plain]
+    assert advantages[0.0] == [(a, w) for a, w in plain if a > 0]
+
+
 @pytest.mark.parametrize("mini_batches", [1, 2])
 def test_a_batch_without_signal_still_takes_its_optimizer_steps(
     vlm_learner, tmp_path, mini_batches
