@@ -186,7 +186,8 @@ class HFEngine:
             for b, r in enumerate(reqs)
         ]
         unique = sorted(first.values())
-        if len(unique) == len(reqs) or ids.shape[1] < 2:
+        base = getattr(self.model, "model", None)
+        if len(unique) == len(reqs) or ids.shape[1] < 2 or not hasattr(base, "rope_deltas"):
             return None
         row_of = {b: k for k, b in enumerate(unique)}
         sel = torch.tensor(unique)
@@ -205,7 +206,6 @@ class HFEngine:
         cache = out.past_key_values
         rows = torch.tensor([row_of[b] for b in index], device=dev)
         cache.batch_select_indices(rows)
-        base = self.model.model
         base.rope_deltas = base.rope_deltas.to(dev)[rows]
         return cache
 

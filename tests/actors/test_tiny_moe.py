@@ -68,6 +68,14 @@ def test_the_hf_engine_samples_the_moe_model(tiny_vlm_moe):
         first = model(**engine.processor(text, [_image("blue")])).logits[0, -1].log_softmax(-1)
     assert result.token_ids[0] == int(first.argmax())
     assert result.logprobs[0] == pytest.approx(float(first.max()), abs=1e-4)
+    # two samples of one prompt: prefilled once (the shared path), the same greedy answer
+    calls = []
+    real = engine._prefill_shared
+    engine._prefill_shared = lambda *a: calls.append(real(*a)) or calls[-1]
+    for twin in engine.generate([req, req]):
+        assert twin.token_ids == result.token_ids
+        assert twin.logprobs == pytest.approx(result.logprobs, abs=1e-4)
+    assert len(calls) == 1 and calls[0] is not None
 
 
 class _Collect:
