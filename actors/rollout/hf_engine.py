@@ -140,7 +140,7 @@ class HFEngine:
         max_new = rule.max_tokens if rule else max(r.max_tokens for r in reqs)
         sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule)
         if with_images and self.share_prefill:
-            shared = self._prefill_shared(reqs, ids, mask, types)
+            shared = self._prefill_shared(reqs, ids, mask, kwargs["mm_token_type_ids"])
             if shared is not None:  # the prompts and images are in the cache
                 kwargs = {"attention_mask": kwargs["attention_mask"], "past_key_values": shared}
         seqs = self.model.generate(
@@ -199,7 +199,7 @@ class HFEngine:
             attention_mask=mask[sel, :-1].to(dev),
             pixel_values=pixel_values.to(dev),
             image_grid_thw=grid.to(dev),
-            mm_token_type_ids=(types * mask)[sel, :-1].to(dev),
+            mm_token_type_ids=types[sel.to(types.device), :-1],
             use_cache=True,
             logits_to_keep=1,
         )
