@@ -74,9 +74,13 @@ class Checkpointer:
     def maybe_save(self, roles, step: int, final: bool = False) -> None:
         """Save on schedule (``run.save_every``), at the run's last step, and at ``final``: a
         step the run ends at before its last (``run.max_wall_s``)."""
-        every, last = self.cfg.run.save_every, self._last_step()
-        if (every and step % every == 0) or step == last or final:
+        if self.due(step) or final:
             self.save(roles, step)
+
+    def due(self, step: int) -> bool:
+        """Whether ``step`` is checkpointed on schedule (every ``run.save_every``, and the last)."""
+        every = self.cfg.run.save_every
+        return bool(every and step % every == 0) or step == self._last_step()
 
     def save(self, roles, step: int) -> None:
         roles.learner.save_checkpoint(

@@ -9,6 +9,7 @@ cluster and hands each actor its scheduling options.
   taking half of its GPUs, as in hybrid-engine setups that put vLLM to sleep while training.
   The two take turns (generate, then learn), so each runs as many CPU threads as the whole
   bundle has cores, not half of them: on a CPU-only machine that is what makes colocating pay.
+  With ``run.overlap_rollout`` they work at the same time, and each runs its own share.
 - ``cluster.role_resources`` adds custom resources to a role's bundles, which pins that role to
   the nodes started with them (``ray start --resources '{"trainer": 8}'``).
 """
@@ -137,6 +138,7 @@ class Placement:
     groups: dict[str, Any]  # role -> PlacementGroup (the learner's also holds colocated engines)
     plan: ResourcePlan
     colocate: bool
+    overlap: bool = False  # run.overlap_rollout: colocated roles run at the same time
 
     def _group_of(self, role: str) -> str:
         """The role whose placement group holds ``role``'s bundles (colocated engines share the
@@ -163,8 +165,10 @@ class Placement:
         if custom:
             opts["resources"] = custom
         if share < 1.0:
-            # colocated roles run in turn, so each may use every core of the bundle
-            opts["runtime_env"] = thread_env(bundle.get("CPU", 0.0))
+            # colocated roles run in turn, so each may use every core of the bundle; with
+            # run.overlap_rollout they run at once, each on its share
+            cores = cfg_cpu if self.overlap else bundle.get("CPU", 0.0)
+            opts["runtime_env"] = thread_env(cores)
         return opts
 
     def node_of(self, role: str, index: int) -> str:
@@ -274,7 +278,7 @@ def create_placement(
                 f"could not reserve the {role} bundles {plan.bundles[role]} within "
                 f"{timeout_s:.0f}s; {_free(plan.bundles[role], ray.available_resources())}"
             ) from None
-    placement = Placement(groups, plan, cfg.cluster.colocate)
+    placement = Placement(groups, plan, cfg.cluster.colocate, cfg.run.overlap_rollout)
     try:
         placement.check_weight_sync(cfg.cluster.weight_sync, cfg.rollout.num_workers)
     except PlacementError:

@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,10 +169,19 @@ def top_up(
         generate_round(cfg, roles, items, ids, missing, iteration, timings, acc)
 
 
-def run_iteration(
-    cfg: Config, roles: Any, items: dict[str, Item], iteration: int
-) -> IterationResult:
-    t_start = time.perf_counter()
+@dataclass
+class Gathered:
+    """An iteration's rollouts, scored and reported to the curriculum, ready for the learner."""
+
+    iteration: int
+    rounds: Rounds
+    stats: dict[str, Any]
+    timings: dict[str, float]
+
+
+def gather(cfg: Config, roles: Any, items: dict[str, Item], iteration: int) -> Gathered:
+    """Draw the iteration's prompts, roll them out, score them, and close the iteration in the
+    curriculum (whose bookkeeping needs the rewards, not the update)."""
     timings: dict[str, float] = {}
     with timed(timings, "sampler"):
         ids = ray.get(roles.sampler.next_batch.remote(cfg.run.prompts_per_iteration))
@@ -189,24 +199,31 @@ def run_iteration(
             if cfg.reward.unscorable == "zero"
             else "left out of training (reward.unscorable: drop)",
         )  # fmt: skip
-    selected = set(rounds.selected)
-    learn: dict[str, Any] = {}
-    if selected:
-        if cfg.rollout.sleep_between_iterations:  # vLLM on GPU frees its memory for the learner;
-            with timed(timings, "sleep"):  # the weight push wakes it
-                roles.rollout.sleep()
-        with timed(timings, "learn"):
-            learn = roles.learner.train_step("rl", learner_batch(rounds.scored, selected, items))
-        with timed(timings, "sync"):
-            sync = push_weights(roles)
-        timings["sync_transfer"] = sync.seconds
     with timed(timings, "sampler"):
         closed = ray.get(roles.sampler.end_iteration.remote())
         stats = ray.get(roles.sampler.stats.remote())
     stats["tier_pass_rate"] = closed.get("tier_pass_rate", {})
     stats["subcategory_pass_rate"] = closed.get("subcategory_pass_rate", {})
-    wall = time.perf_counter() - t_start
-    metrics = _metrics(roles, rounds, items, learn, stats, timings, wall)
+    return Gathered(iteration, rounds, stats, timings)
+
+
+def _batch_of(g: Gathered, items: dict[str, Item]) -> list[dict]:
+    return learner_batch(g.rounds.scored, set(g.rounds.selected), items)
+
+
+def _sync(roles: Any, timings: dict[str, float]) -> None:
+    with timed(timings, "sync"):
+        sync = push_weights(roles)
+    timings["sync_transfer"] = sync.seconds
+
+
+def finish(
+    cfg: Config, roles: Any, items: dict[str, Item], g: Gathered, learn: dict[str, Any],
+    timings: dict[str, float], wall: float,
+) -> IterationResult:  # fmt: skip
+    """The iteration's metrics and its logged samples."""
+    selected = set(g.rounds.selected)
+    metrics = _metrics(roles, g.rounds, items, learn, g.stats, timings, wall)
     samples = [
         {
             **t.to_dict(),
@@ -214,9 +231,90 @@ def run_iteration(
             "selected": t.item_id in selected and counts(cfg, t),
             "unscorable": unscorable(t),
         }
-        for t in rounds.trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
+        for t in g.rounds.trajs[: cfg.run.samples_per_iteration * cfg.rollout.n]
     ]
     return IterationResult(metrics, samples, timings)
+
+
+def run_iteration(
+    cfg: Config, roles: Any, items: dict[str, Item], iteration: int
+) -> IterationResult:
+    """One iteration, phase after phase: roll out, score, learn, push the new weights."""
+    t_start = time.perf_counter()
+    g = gather(cfg, roles, items, iteration)
+    timings = dict(g.timings)
+    learn: dict[str, Any] = {}
+    if g.rounds.selected:
+        if cfg.rollout.sleep_between_iterations:  # vLLM on GPU frees its memory for the learner;
+            with timed(timings, "sleep"):  # the weight push wakes it
+                roles.rollout.sleep()
+        with timed(timings, "learn"):
+            learn = roles.learner.train_step("rl", _batch_of(g, items))
+        _sync(roles, timings)
+    return finish(cfg, roles, items, g, learn, timings, time.perf_counter() - t_start)
+
+
+class OverlappedIterations:
+    """``run.overlap_rollout``: the rollouts of iteration k+1 are generated (and scored) while
+    the learner trains on those of iteration k, then the new weights are pushed.
+
+    Iteration k+1's rollouts thus come from the weights after update k-1, one update behind the
+    learner (one-step off-policy, as the logged ``logprob_mismatch`` shows); the clipped
+    objective takes them as they are. The rollout engines and the learner work at the same
+    time instead of in turn: on a GPU cluster neither pool idles while the other works, and
+    on CPU the two roles split the cores (``cluster.colocate`` gives each its own share of
+    threads then, not the whole bundle's).
+
+    ``run(k, prefetch)`` trains on iteration k's rollouts (gathered now, or by the call before)
+    and, with ``prefetch``, gathers iteration k+1's meanwhile. The driver prefetches only
+    where it will run iteration k+1 and no checkpoint falls after k: a checkpoint's curriculum
+    snapshot then holds no outcomes of a batch the learner has not trained on. An iteration's
+    metrics are those of the rollouts it trained on; their generation and reward times are
+    those of their gathering, during the iteration before (the sum of phases can exceed
+    ``time/iteration``). ``time/learn_wait`` is how long the driver waited for the learner
+    after its prefetch."""
+
+    def __init__(self, cfg: Config, roles: Any, items: dict[str, Item]):
+        if cfg.rollout.sleep_between_iterations:
+            raise ValueError("run.overlap_rollout needs rollout.sleep_between_iterations off")
+        self.cfg, self.roles, self.items = cfg, roles, items
+        self.ready: Gathered | None = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcs-learner")
+
+    @property
+    def holds_batch(self) -> bool:
+        """Whether the next iteration's rollouts are gathered already."""
+        return self.ready is not None
+
+    def _learn(self, batch: list[dict]) -> tuple[dict[str, Any], float]:
+        t0 = time.perf_counter()
+        out = self.roles.learner.train_step("rl", batch)
+        return out, time.perf_counter() - t0
+
+    def run(self, iteration: int, prefetch: bool) -> IterationResult:
+        cfg, roles, items = self.cfg, self.roles, self.items
+        t_start = time.perf_counter()
+        g, self.ready = self.ready, None
+        if g is None or g.iteration != iteration:
+            g = gather(cfg, roles, items, iteration)
+        timings = dict(g.timings)
+        pending: Future | None = None
+        if g.rounds.selected:
+            pending = self.pool.submit(self._learn, _batch_of(g, items))
+        learn: dict[str, Any] = {}
+        try:
+            if prefetch:
+                self.ready = gather(cfg, roles, items, iteration + 1)
+        finally:  # the learner's step ends (or fails) before anything else happens
+            if pending is not None:
+                with timed(timings, "learn_wait"):
+                    learn, timings["learn"] = pending.result()
+        if pending is not None:
+            _sync(roles, timings)
+        return finish(cfg, roles, items, g, learn, timings, time.perf_counter() - t_start)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[str, float]:
@@ -266,5 +364,7 @@ def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[
         m[f"time/{phase}"] = timings.get(phase, 0.0)
     m["time/sync_transfer"] = timings.get("sync_transfer", 0.0)
     m["time/iteration"] = wall
+    if "learn_wait" in timings:
+        m["time/learn_wait"] = timings["learn_wait"]
     m["time/overhead_share"] = max(0.0, wall - sum(timings.get(p, 0.0) for p in PHASES)) / wall
     return m

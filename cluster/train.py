@@ -28,7 +28,7 @@ from cluster.resume_check import (
     check_resume_settings,
     report_resume_changes,
 )
-from cluster.rl_iteration import run_iteration
+from cluster.rl_iteration import IterationResult, OverlappedIterations, run_iteration
 from cluster.roles import Roles, start_roles
 from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
 from cluster.stage_data import (
@@ -141,9 +141,9 @@ def run_rl(
     start: int,
     clock: WallBudget,
 ) -> None:
-    items = data.by_id()
     if start:
         roles.learner.push_weights(roles.transport)  # engines start from the base weights
+    loop = _RLLoop(cfg, roles, data, log, ckpt, clock)
     bar = tqdm(
         range(start, cfg.run.iterations),
         desc="rl",
@@ -151,42 +151,98 @@ def run_rl(
         initial=start,
         total=cfg.run.iterations,
     )
-    every = cfg.run.eval_every if data.eval_items else 0
-    eval_s = None  # how long the last held-out evaluation took
+    try:
+        for it in bar:
+            res, last = loop.iteration(it)
+            m = res.metrics
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", valid=f"{m['curriculum/valid_fraction']:.2f}",
+                            tok_s=f"{m['generate/tokens_per_s']:.0f}", step_s=f"{m['time/iteration']:.1f}")  # fmt: skip
+            if last:
+                bar.close()
+                clock.stopped(it + 1, cfg.run.iterations, "iteration")
+                break
+    finally:
+        loop.close()
 
-    def evaluate_now(step: int) -> dict[str, float]:
-        nonlocal eval_s
-        t = time.perf_counter()
+
+class _RLLoop:
+    """The RL stage's iterations with their held-out evaluations, logs, checkpoints and time
+    limit; with ``run.overlap_rollout``, each iteration's learning overlaps the next one's
+    rollouts."""
+
+    def __init__(self, cfg: Config, roles: Roles, data: StageData, log: RunLog,
+                 ckpt: Checkpointer, clock: WallBudget):  # fmt: skip
+        self.cfg, self.roles, self.data = cfg, roles, data
+        self.log, self.ckpt, self.clock = log, ckpt, clock
+        self.items = data.by_id()
+        self.every = cfg.run.eval_every if data.eval_items else 0
+        self.eval_s: float | None = None  # how long the last held-out evaluation took
+        self.overlapped = (
+            OverlappedIterations(cfg, roles, self.items) if cfg.run.overlap_rollout else None
+        )
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        cfg, t = self.cfg, time.perf_counter()
         ev = evaluate_live(
-            roles, data.eval_items, cfg.reward.timeout_s, samples=cfg.run.eval_samples,
+            self.roles, self.data.eval_items, cfg.reward.timeout_s, samples=cfg.run.eval_samples,
             temperature=cfg.rollout.temperature, step=EVAL_STEP_OFFSET + step,
         )  # fmt: skip
-        eval_s = time.perf_counter() - t
+        self.eval_s = time.perf_counter() - t
         return eval_metrics(ev)
 
-    for it in bar:
+    def eval_due(self, step: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == self.cfg.run.iterations)
+
+    def eval_estimate(self) -> float:
+        """How long an evaluation takes; the first, not yet timed, as long as an iteration."""
+        if not self.every:
+            return 0.0
+        return self.eval_s if self.eval_s is not None else self.clock.next_s()
+
+    def _prefetch(self, it: int) -> bool:
+        """Whether to gather iteration it+1's rollouts during iteration it: only where the run
+        goes on to it+1 (time for this iteration, its evaluation, the next and the evaluation
+        that may end the run there) and no checkpoint falls between."""
+        step = it + 1
+        due_eval = self.eval_estimate() if self.eval_due(step) else 0.0
+        later = due_eval + self.clock.next_s() + self.eval_estimate()
+        return (
+            step < self.cfg.run.iterations
+            and not self.ckpt.due(step)
+            and self.clock.another_fits(later)
+        )
+
+    def iteration(self, it: int) -> tuple[IterationResult, bool]:
+        """Iteration ``it`` with its evaluation, log and checkpoint; whether the run's time
+        limit ends the run there."""
+        cfg, clock = self.cfg, self.clock
         t = time.perf_counter()
-        res = run_iteration(cfg, roles, items, it)
+        if self.overlapped is None:
+            res = run_iteration(cfg, self.roles, self.items, it)
+        else:
+            res = self.overlapped.run(it, self._prefetch(it))
         clock.took(time.perf_counter() - t)
-        due = every and ((it + 1) % every == 0 or it + 1 == cfg.run.iterations)
+        due = self.eval_due(it + 1)
         if due:
-            res.metrics.update(evaluate_now(it + 1))
-        # one more iteration, and the evaluation that would end the run there (the first not
-        # yet timed: as long as an iteration), must fit in what is left of run.max_wall_s
-        then = (eval_s if eval_s is not None else clock.next_s()) if every else 0.0
-        out_of_time = it + 1 < cfg.run.iterations and not clock.another_fits(then)
-        if out_of_time and every and not due:
-            res.metrics.update(evaluate_now(it + 1))
-        log.log(it + 1, res.metrics, stage="rl")
-        log.samples(it + 1, res.samples)
-        m = res.metrics
-        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", valid=f"{m['curriculum/valid_fraction']:.2f}",
-                        tok_s=f"{m['generate/tokens_per_s']:.0f}", step_s=f"{m['time/iteration']:.1f}")  # fmt: skip
-        ckpt.maybe_save(roles, it + 1, final=out_of_time)
-        if out_of_time:
-            bar.close()
-            clock.stopped(it + 1, cfg.run.iterations, "iteration")
-            break
+            res.metrics.update(self.evaluate(it + 1))
+        # one more iteration, and the evaluation that would end the run there, must fit in what
+        # is left of run.max_wall_s; rollouts gathered already are trained on in any case (the
+        # curriculum holds their outcomes)
+        held = self.overlapped is not None and self.overlapped.holds_batch
+        out_of_time = (
+            it + 1 < cfg.run.iterations and not held
+            and not clock.another_fits(self.eval_estimate())
+        )  # fmt: skip
+        if out_of_time and self.every and not due:
+            res.metrics.update(self.evaluate(it + 1))
+        self.log.log(it + 1, res.metrics, stage="rl")
+        self.log.samples(it + 1, res.samples)
+        self.ckpt.maybe_save(self.roles, it + 1, final=out_of_time)
+        return res, out_of_time
+
+    def close(self) -> None:
+        if self.overlapped is not None:
+            self.overlapped.close()
 
 
 def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:

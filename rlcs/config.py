@@ -407,6 +407,14 @@ class RunConfig(Section):
         "seconds after the run started: the run ends as if done, its last iteration evaluated "
         "and checkpointed, its model exported; --resume goes on. None: no limit.",
     )
+    overlap_rollout: bool = Field(
+        False,
+        description="RL: generate and score the next iteration's rollouts while the learner "
+        "trains on this one's, then push the weights (one-step off-policy: rollouts come from "
+        "the weights one update behind the learner). Rollout engines and learner work at once "
+        "instead of in turn; under cluster.colocate on CPU each takes its own share of the "
+        "bundle's cores. Not with rollout.sleep_between_iterations.",
+    )
     seed: int = 0
 
 
@@ -433,6 +441,11 @@ class Config(Section):
             raise ValueError(
                 f"learner.attn_implementation={lc.attn_implementation} needs cluster.device=cuda "
                 f"and learner.precision=bf16 (got {self.cluster.device} and {lc.precision})"
+            )
+        if self.run.overlap_rollout and self.rollout.sleep_between_iterations:
+            raise ValueError(
+                "run.overlap_rollout generates while the learner trains, so the engines cannot "
+                "sleep then: set rollout.sleep_between_iterations false (or overlap_rollout false)"
             )
         if flash and lc.grpo.share_prompts:
             raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")

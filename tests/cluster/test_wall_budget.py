@@ -157,3 +157,62 @@ def test_the_limit_must_be_positive():
 
     with pytest.raises(ConfigError, match="max_wall_s"):
         load_config("configs/tiny-text.yaml", ["run.max_wall_s=0"])
+
+
+def fake_overlapped(monkeypatch, clock: Clock, times: list[float], eval_s: float) -> list:
+    """``run.overlap_rollout``'s iterations as stand-ins: iteration k takes ``times[k]`` and
+    holds the next one's rollouts afterwards where it was asked to prefetch them."""
+    decisions: list[tuple[int, bool]] = []
+
+    class Overlapped:
+        def __init__(self, cfg, roles, items):
+            self.holds_batch = False
+
+        def run(self, it, prefetch):
+            clock.now += times[it]
+            decisions.append((it, prefetch))
+            self.holds_batch = prefetch
+            metrics = {"reward/mean": 0.5, "curriculum/valid_fraction": 1.0,
+                       "generate/tokens_per_s": 1.0, "time/iteration": times[it]}  # fmt: skip
+            return SimpleNamespace(metrics=metrics, samples=[])
+
+        def close(self):
+            pass
+
+    fake_rl(monkeypatch, clock, iter_s=0.0, eval_s=eval_s)
+    monkeypatch.setattr(train, "OverlappedIterations", Overlapped)
+    return decisions
+
+
+def overlap_config(iterations: int, limit: float | None, *sets: str):
+    return load_config(
+        "configs/tiny-text.yaml",
+        [f"run.iterations={iterations}", "run.overlap_rollout=true",
+         f"run.max_wall_s={'null' if limit is None else limit}", *sets],
+    )  # fmt: skip
+
+
+def test_overlap_never_gathers_across_a_checkpoint(monkeypatch, clock):
+    # checkpoints at 3, 6 and the last step, 7: the curriculum's snapshot there must hold the
+    # outcomes of trained batches only, so iterations 3, 6 and 7 gather nothing ahead
+    decisions = fake_overlapped(monkeypatch, clock, [1.0] * 7, eval_s=1.0)
+    rec = Recorder()
+    rec.due = lambda step: step % 3 == 0 or step == 7
+    run_rl(overlap_config(7, None, "run.eval_every=4"), rec)
+    assert [step for step, _ in rec.logged] == [1, 2, 3, 4, 5, 6, 7]
+    assert decisions == [(0, True), (1, True), (2, False), (3, True), (4, True), (5, False),
+                         (6, False)]  # fmt: skip
+
+
+def test_overlap_trains_on_gathered_rollouts_past_the_limit(monkeypatch, clock, capsys):
+    # a 45 s limit: iteration 2 is predicted to leave time for a third and gathers its
+    # rollouts, then takes 30 s instead of 10; the run still trains on them (their outcomes are
+    # in the curriculum) and stops after iteration 3, gathering nothing ahead there
+    decisions = fake_overlapped(monkeypatch, clock, [10.0, 30.0, 10.0, 10.0], eval_s=5.0)
+    rec = Recorder()
+    rec.due = lambda step: False
+    run_rl(overlap_config(4, 45.0, "run.eval_every=100", "run.save_every=0"), rec)
+    assert decisions == [(0, True), (1, True), (2, False)]
+    assert [step for step, _ in rec.logged] == [1, 2, 3]
+    assert rec.saves[-1] == (3, True) and "eval/pass_rate/all" in rec.logged[-1][1]
+    assert "stopped after iteration 3 of 4" in capsys.readouterr().err
