@@ -164,9 +164,9 @@ def rl_documents(
     grpo = config.learner.grpo
     rewards = [float(_get(t, "reward")) for t in trajectories]
     groups = [_get(t, "item_id") for t in trajectories]
-    adv = group_advantages(rewards, groups, std_normalize=grpo.std_normalize).tolist()
-    if grpo.negative_scale != 1.0:
-        adv = [a * grpo.negative_scale if a < 0 else a for a in adv]
+    adv = group_advantages(
+        rewards, groups, std_normalize=grpo.std_normalize, negative_scale=grpo.negative_scale
+    ).tolist()
     skip = skip_zero_advantage and grpo.skip_zero_advantage
     skip = skip and grpo.kl_coef == 0.0 and grpo.entropy_coef == 0.0
     order = list(range(len(trajectories)))

@@ -22,11 +22,14 @@ def group_advantages(
     groups: Sequence[Hashable],
     std_normalize: bool = True,
     eps: float = 1e-6,
+    negative_scale: float = 1.0,
 ) -> torch.Tensor:
     """Advantage of each rollout: its reward minus its group's mean, optionally over the std.
 
     ``groups[i]`` names the prompt rollout ``i`` belongs to (e.g. the item id). The std is the
     population std (``unbiased=False``); a group whose rewards are all equal gets advantage 0.
+    ``negative_scale`` multiplies the advantages below a group's mean (1: GRPO; 0 reinforces
+    only the better rollouts of each group).
     """
     r = torch.as_tensor(rewards, dtype=torch.float64)
     if r.ndim != 1 or len(groups) != r.numel():
@@ -45,6 +48,8 @@ def group_advantages(
     lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, gid, r, "amin")
     hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, gid, r, "amax")
     adv = torch.where((lo == hi)[gid], 0.0, adv)
+    if negative_scale != 1.0:
+        adv = torch.where(adv < 0, adv * negative_scale, adv)
     return adv.to(torch.float32)
 
 

@@ -32,6 +32,16 @@ def test_group_advantages_without_std_is_centred_reward():
     assert adv.tolist() == pytest.approx([0.5, -0.5, -0.25, 0.25])
 
 
+def test_negative_scale_shrinks_only_the_below_mean_advantages():
+    rewards, groups = [1, 0, 0, 0, 1, 1], list("aaabbb")
+    full = group_advantages(rewards, groups)
+    for scale in (0.0, 0.5):
+        adv = group_advantages(rewards, groups, negative_scale=scale)
+        expected = [a * scale if a < 0 else a for a in full.tolist()]
+        assert adv.tolist() == pytest.approx(expected)
+    assert group_advantages([1, 1], ["a", "a"], negative_scale=0.0).eq(0).all()
+
+
 def test_a_group_of_equal_rewards_gets_exactly_zero():
     """Not the rounding error of the group mean: the learner skips samples of advantage 0."""
     for std_normalize in (True, False):
