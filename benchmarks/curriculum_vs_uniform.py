@@ -236,8 +236,8 @@ def main() -> None:
     sft, files = prepare_base(args.config, base)
 
     from cluster.evaluate import evaluate
+    from cluster.ray_connect import connect_ray
     from cluster.stage_data import load_stage_data
-    from cluster.train import connect_ray
     from rlcs.config import load_config
 
     probe = load_config(args.config, data_overrides(files, "rl_train"))

@@ -14,10 +14,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from cluster.ray_connect import connect_ray
 from cluster.rl_iteration import PHASES, run_iteration
 from cluster.roles import start_roles
 from cluster.stage_data import load_stage_data, resolve_model
-from cluster.train import connect_ray
 from rlcs.config import load_config
 
 

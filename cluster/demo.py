@@ -392,7 +392,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:  # a folder under a file, or one that cannot be written in, stops here
         make_writable_dir(root, "--run-dir")
-        from cluster.train import check_ray_address
+        from cluster.ray_connect import check_ray_address
 
         check_ray_address(cfg)  # as does a cluster.address or $RAY_ADDRESS that nothing answers
     except ValueError as e:

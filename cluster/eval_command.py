@@ -49,8 +49,8 @@ def eval_files(
     """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
     answer there as JSONL (one line each, in item order), replacing a file there only with
     ``overwrite``."""
+    from cluster.ray_connect import connect_ray
     from cluster.stage_data import load_rl_items
-    from cluster.train import connect_ray
     from rlcs.data import check_output_file, write_jsonl
 
     if out is not None:

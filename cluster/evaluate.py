@@ -96,12 +96,12 @@ def rollout_workers(
     (and running that many threads, rounded, at least one) and ``num_gpus``; Ray places them
     on any node of the cluster that has room. Killed on leaving, also on failure.
 
-    Needs a Ray connection (``cluster.train.connect_ray``): left to itself, Ray would join
+    Needs a Ray connection (``cluster.ray_connect.connect_ray``): left to itself, Ray would join
     whatever cluster is running on this machine, or start one with every core.
     """
     if not ray.is_initialized():
         raise RuntimeError(
-            "held-out evaluation needs a Ray connection: call cluster.train.connect_ray(cfg) "
+            "held-out evaluation needs a Ray connection: call cluster.ray_connect.connect_ray(cfg) "
             "(or ray.init) first, so that it runs on the cluster you chose"
         )
     opts = {"num_cpus": num_cpus, "runtime_env": thread_env(num_cpus)}

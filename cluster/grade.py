@@ -181,8 +181,8 @@ def grade_files(
     before its end goes on from there when run again (`cluster.grade_progress`)."""
     from cluster.grade_progress import GradeProgress
     from cluster.placement import worker_gpus
+    from cluster.ray_connect import connect_ray
     from cluster.stage_data import absolute_images, check_ground_truths, register_domains
-    from cluster.train import connect_ray
     from rlcs.data import check_output_file, load_items, write_jsonl
 
     if out.resolve() in {p.resolve() for p in inputs}:
