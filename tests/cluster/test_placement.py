@@ -101,9 +101,11 @@ def test_a_role_with_no_resources_is_reported():
     assert plan_resources(c).problems == []
 
 
-def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_colocated_cpu_roles_each_run_the_whole_bundles_threads(overlap):
     """Learner and engine take turns on one bundle, so each gets all of its cores as threads
-    while Ray's accounting splits the bundle between them."""
+    while Ray's accounting splits the bundle between them; with ``run.overlap_rollout`` they
+    work at once, and each runs on its own share."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -112,6 +114,7 @@ def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
             reward={"num_actors": 1},
             cluster={"colocate": True, "learner_cpus_per_rank": 1, "rollout_cpus_per_worker": 0.8,
                      "reward_cpus_per_actor": 0.2},
+            run={"overlap_rollout": overlap},
         )  # fmt: skip
         placement = create_placement(c, timeout_s=60)
 
@@ -128,7 +131,8 @@ def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
         assert "runtime_env" not in opts["reward"]
         actors = {role: Probe.options(**opts[role]).remote() for role in ("learner", "rollout")}
         threads = {role: ray.get(a.threads.remote(), timeout=60) for role, a in actors.items()}
-        assert threads == {"learner": 2, "rollout": 2}
+        each = 1 if overlap else 2  # 0.9 CPUs of the bundle's 1.8 each, rounded
+        assert threads == {"learner": each, "rollout": each}
         placement.remove()
     finally:
         ray.shutdown()
