@@ -2,7 +2,9 @@
 
 Each RL iteration: ask the sampler for prompts, generate, score on the reward pool, report the
 outcomes, train on the selected (balanced) groups, push the weights, write metrics, and
-checkpoint on schedule (see ``cluster.rl_iteration`` for the phases).
+checkpoint on schedule (see ``cluster.rl_iteration`` for the phases). With
+``run.overlap_rollout`` an iteration's update runs while the next iteration's rollouts are
+generated and scored.
 """
 
 from __future__ import annotations
