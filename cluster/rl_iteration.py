@@ -275,8 +275,6 @@ class OverlappedIterations:
     after its prefetch."""
 
     def __init__(self, cfg: Config, roles: Any, items: dict[str, Item]):
-        if cfg.rollout.sleep_between_iterations:
-            raise ValueError("run.overlap_rollout needs rollout.sleep_between_iterations off")
         self.cfg, self.roles, self.items = cfg, roles, items
         self.ready: Gathered | None = None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcs-learner")
@@ -295,8 +293,10 @@ class OverlappedIterations:
         cfg, roles, items = self.cfg, self.roles, self.items
         t_start = time.perf_counter()
         g, self.ready = self.ready, None
-        if g is None or g.iteration != iteration:
+        if g is None:
             g = gather(cfg, roles, items, iteration)
+        elif g.iteration != iteration:  # its outcomes are in the curriculum: never drop it
+            raise RuntimeError(f"iteration {iteration} called with {g.iteration}'s rollouts held")
         timings = dict(g.timings)
         pending: Future | None = None
         if g.rounds.selected:
