@@ -62,6 +62,15 @@ def data_overrides(files: dict[str, Path], split: str) -> list[str]:
             f"data.eval={json.dumps([str(files['heldout'])])}"]  # fmt: skip
 
 
+#: The splits whose texts a tiny model's tokenizer learns its merges from
+#: (``model.tokenizer_merges``): everything the model trains on, never the held-out items.
+CORPUS_SPLITS = ("pretrain", "sft", "rl_train")
+
+
+def corpus_override(files: dict[str, Path]) -> str:
+    return f"model.tokenizer_corpus={json.dumps([str(files[s]) for s in CORPUS_SPLITS])}"
+
+
 def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) -> Config:
     return load_config(
         base, [*overrides, f"run.root={run_root}", f"run.name={name}", "run.save_every=0"]
@@ -187,7 +196,8 @@ def run(
     stage("data", lambda: build_data(base, root), base.data.model_dump(mode="json")["synthetic"])
     files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
     pre = stage_config(config, root, "pretrain",
-                       [*overrides, *PRETRAIN, *data_overrides(files, "pretrain")])  # fmt: skip
+                       [*overrides, *PRETRAIN, *data_overrides(files, "pretrain"),
+                        corpus_override(files)])  # fmt: skip
     connect_ray(pre)
     stage("pretrain", lambda: train(pre), stage_settings(pre))
     sft = stage_config(config, root, "sft", [*overrides, *SFT, *data_overrides(files, "sft"),

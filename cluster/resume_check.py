@@ -25,7 +25,8 @@ from rlcs.config import Config
 log = logging.getLogger(__name__)
 
 #: Keys (and key prefixes) a resumed run must keep.
-FIXED = ("stage", "model.tiny", "model.tiny_overrides")
+FIXED = ("stage", "model.tiny", "model.tiny_overrides", "model.tokenizer_merges",
+         "model.tokenizer_corpus")  # fmt: skip
 #: ... and those it must keep once it has saved a learner checkpoint: DeepSpeed partitions the
 #: optimizer state over the ranks, and loads it back only as it was saved (2 ranks into 1: "The
 #: checkpoint being loaded used a DP world size of 2 but the current world size is 1"; ZeRO-2

@@ -71,8 +71,33 @@ def resolve_model(cfg: Config, run_dir: Path) -> Path:
         overrides = copy.deepcopy(cfg.model.tiny_overrides)  # the builder pops sub-configs
         if cfg.model.tiny == "vlm_moe":
             overrides["moe"] = True
-        build(path, seed=cfg.run.seed, dtype=cfg.model.dtype, **overrides)
+        merges = tokenizer_merges(cfg, run_dir)
+        build(path, seed=cfg.run.seed, dtype=cfg.model.dtype, merges=merges, **overrides)
     return path
+
+
+#: The fields of a data row whose text a tiny model's tokenizer learns its merges from.
+CORPUS_FIELDS = ("text", "prompt", "response")
+
+
+def tokenizer_merges(cfg: Config, run_dir: Path) -> list[tuple[str, str]]:
+    """The BPE merges of a tiny model's tokenizer: ``model.tokenizer_merges`` of them, learnt
+    from ``model.tokenizer_corpus`` or the stage's training files; none when that is 0."""
+    if not cfg.model.tokenizer_merges:
+        return []
+    from rlcs.tokenizer import learn_merges
+
+    files = [Path(p) for p in cfg.model.tokenizer_corpus] or data_files(cfg, run_dir)[0]
+    texts = []
+    for path in files:
+        if not path.is_file():
+            raise DatasetError(path, None, "model.tokenizer_corpus: file not found")
+        texts += [row[k] for _, row in read_rows(path) for k in CORPUS_FIELDS
+                  if isinstance(row.get(k), str)]  # fmt: skip
+    if not texts:
+        raise DatasetError(files[0], None, "model.tokenizer_merges: no text, prompt or response "
+                           "fields to learn the tokenizer's merges from")  # fmt: skip
+    return learn_merges(texts, cfg.model.tokenizer_merges)
 
 
 def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:

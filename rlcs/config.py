@@ -58,6 +58,19 @@ class ModelConfig(Section):
         description="Changes to the tiny model's defaults, e.g. {text: {hidden_size: 256}} for "
         "a VLM (its `text` and `vision` sub-configs) or {hidden_size: 256} for a text model.",
     )
+    tokenizer_merges: int = Field(
+        0,
+        ge=0,
+        description="BPE merges a tiny model's tokenizer learns before the model is built, from "
+        "the texts of `tokenizer_corpus` (or of the stage's own training data): words and "
+        "punctuation runs become single tokens, digits stay one token each. 0 keeps it "
+        "byte-level. Read only where the tiny model is built.",
+    )
+    tokenizer_corpus: list[str] = Field(
+        default_factory=list,
+        description="JSONL files whose rows' text, prompt and response fields the tokenizer's "
+        "merges are learnt from; empty: the stage's training files.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:

@@ -3,11 +3,13 @@
 Nothing can be downloaded from a model hub here, so every test and demo starts from one of
 these: a tiny Llama-style causal LM (served by vLLM's CPU build), and a tiny
 GLM-4.1V-architecture VLM (``Glm4vForConditionalGeneration``) with a processor that needs no
-torchvision. Both use the byte-level tokenizer from :mod:`rlcs.tokenizer`.
+torchvision. Both use the byte-level tokenizer from :mod:`rlcs.tokenizer`, with BPE merges
+learnt from the run's texts where ``model.tokenizer_merges`` asks for them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +83,19 @@ def _special_ids(tokenizer) -> dict[str, int]:
 
 
 def build_tiny_text_model(
-    path: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any
+    path: str | Path,
+    seed: int = 0,
+    dtype: str = "float32",
+    merges: Sequence[tuple[str, str]] = (),
+    **overrides: Any,
 ) -> Path:
-    """Write a randomly initialised tiny Llama causal LM and its tokenizer to ``path``."""
+    """Write a randomly initialised tiny Llama causal LM and its tokenizer (byte-level, plus
+    ``merges``: :func:`rlcs.tokenizer.learn_merges`) to ``path``."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     path = Path(path)
-    tok = build_tokenizer()
+    tok = build_tokenizer(merges)
     special = _special_ids(tok)
     cfg = LlamaConfig(vocab_size=_vocab_size(tok), **{**TINY_TEXT, **overrides}, **special)
     torch.manual_seed(seed)
@@ -100,11 +107,17 @@ def build_tiny_text_model(
 
 
 def build_tiny_vlm(
-    path: str | Path, seed: int = 0, dtype: str = "float32", moe: bool = False, **overrides: Any
+    path: str | Path,
+    seed: int = 0,
+    dtype: str = "float32",
+    moe: bool = False,
+    merges: Sequence[tuple[str, str]] = (),
+    **overrides: Any,
 ) -> Path:
     """Write a randomly initialised tiny ``Glm4vForConditionalGeneration`` (GLM-4.1V), or with
     ``moe`` a ``Glm4vMoeForConditionalGeneration`` (GLM-4.5V: routed and shared experts after
-    one dense layer), with its tokenizer and image-processor config, to ``path``."""
+    one dense layer), with its tokenizer (byte-level, plus ``merges``) and image-processor
+    config, to ``path``."""
     import torch
     from transformers import (
         GenerationConfig,
@@ -117,7 +130,7 @@ def build_tiny_vlm(
     from rlcs.vlm_processor import Glm4vImageTextProcessor, build_image_processor
 
     path = Path(path)
-    tok = build_tokenizer()
+    tok = build_tokenizer(merges)
     special = _special_ids(tok)
     ids = tok.convert_tokens_to_ids
     pos_embed = overrides.pop("vision_pos_embed", TINY_VLM_POS_EMBED)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cluster.stage_data import data_files, load_stage_data
 from rlcs.config import load_config
+from rlcs.data import DatasetError
 
 
 def test_synthetic_data_follows_each_domains_difficulty_range(tmp_path):
@@ -133,3 +136,27 @@ def test_domain_weights_must_name_domains_the_items_have(tmp_path):
     cfg = load_config(None, sets)
     with pytest.raises(ValueError, match=r"names 'orc', which no RL item has .*: math\)"):
         load_stage_data(cfg, cfg.run_dir)
+
+
+def test_a_tiny_models_tokenizer_learns_its_merges_from_the_corpus(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from cluster.stage_data import resolve_model
+    from rlcs.tokenizer import build_tokenizer
+
+    corpus = tmp_path / "texts.jsonl"
+    rows = [{"text": "A page with a Save button at 757,571."},
+            {"prompt": "Click the Save button.", "response": "<think>Save button</think>"}]  # fmt: skip
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows * 4))
+    sets = ["model.tiny=text", f"run.root={tmp_path}", "run.name=r",
+            "model.tokenizer_merges=32", f"model.tokenizer_corpus={json.dumps([str(corpus)])}"]  # fmt: skip
+    path = resolve_model(load_config(None, sets), tmp_path / "r")
+    tok, plain = AutoTokenizer.from_pretrained(path), build_tokenizer()
+    text = "Click the Save button at 757,571."
+    assert len(tok(text)["input_ids"]) < len(plain(text)["input_ids"]) / 2
+    assert tok.decode(tok(text)["input_ids"]) == text
+    assert AutoConfig.from_pretrained(path).vocab_size >= len(tok) > len(plain)
+
+    missing = [*sets[:-1], 'model.tokenizer_corpus=["/nonexistent/texts.jsonl"]']
+    with pytest.raises(DatasetError, match="tokenizer_corpus: file not found"):
+        resolve_model(load_config(None, [*missing, "run.name=r2"]), tmp_path / "r2")

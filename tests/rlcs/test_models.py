@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from rlcs.tokenizer import CONTROL_TOKENS, FORMAT_TOKENS, build_tokenizer
+from rlcs.tokenizer import CONTROL_TOKENS, FORMAT_TOKENS, build_tokenizer, learn_merges
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,40 @@ def test_chat_template_thinking_and_nothink(tok):
         msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
     assert nothink.endswith("2+2?/nothink<|assistant|>\n<think></think>")
+
+
+CORPUS = [
+    "<|begin_of_image|><|image|><|end_of_image|>A page with 2 elements: Save button at 757,571.",
+    "Find the green square. Answer with its box [x1,y1,x2,y2] in 0-999 coordinates.",
+    '<think>Save button at 757,571</think><answer><|begin_of_box|>{"action":"click",'
+    '"point":[757,571]}<|end_of_box|></answer>',
+] * 3
+
+
+def test_learnt_merges_shorten_the_corpus_and_keep_digits_and_special_ids(tok):
+    merges = learn_merges(CORPUS, 64)
+    assert 0 < len(merges) <= 64
+    assert not any("<" in a + b and "|" in a + b for a, b in merges)  # no merge spans a marker
+    bpe = build_tokenizer(merges)
+    assert len(bpe) == len(tok) + len(merges)
+    for t in FORMAT_TOKENS + CONTROL_TOKENS:  # the recipe's tokens keep their ids
+        assert bpe.convert_tokens_to_ids(t) == tok.convert_tokens_to_ids(t), t
+    for text in CORPUS[:3]:
+        ids = bpe.encode(text, add_special_tokens=False)
+        assert len(ids) < 0.7 * len(tok.encode(text, add_special_tokens=False))
+        assert bpe.decode(ids) == text
+    pieces = bpe.convert_ids_to_tokens(bpe.encode("at 757,571", add_special_tokens=False))
+    assert [p for p in pieces if any(c.isdigit() for c in p)] == list("757571")
+    # text the corpus never had still round-trips, byte by byte where no merge applies
+    odd = "<think>½ + ⅓ = 5/6 ✓ Ünïcode\ttabs</think>"
+    assert bpe.decode(bpe.encode(odd, add_special_tokens=False)) == odd
+    assert learn_merges(CORPUS, 64) == merges  # the same corpus, the same merges
+    assert learn_merges(CORPUS, 0) == []
+
+
+def test_a_merge_of_unknown_parts_is_refused():
+    with pytest.raises(ValueError, match="neither a byte nor an earlier merge"):
+        build_tokenizer([("ab", "c")])
 
 
 def test_tiny_text_model_directory_loads(tiny_text_model):
