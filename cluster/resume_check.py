@@ -52,6 +52,13 @@ def changes(saved: Any, now: Any, prefix: str = "") -> dict[str, tuple[Any, Any]
     return {} if saved == now else {prefix: (saved, now)}
 
 
+#: Settings a run's config.yaml lacks when it was saved before they existed, with the value
+#: that run had in effect.
+ADDED_LATER: dict[str, Any] = {"model.tokenizer_merges": 0, "model.tokenizer_corpus": []}
+#: Settings read only where a tiny model is built.
+TINY_ONLY = ("model.tiny", "model.tokenizer_")
+
+
 def _builds_tiny(model: dict) -> bool:
     return not model.get("path") and model.get("tiny") is not None
 
@@ -68,9 +75,11 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
         raise ResumeConflict(f"--resume: cannot read {run_dir / 'config.yaml'}: {e}") from None
     now = cfg.model_dump(mode="json")
     diff = changes(saved, now)
+    # a run saved before a setting existed ran with its default
+    diff = {k: v for k, v in diff.items() if not (v[0] is None and ADDED_LATER.get(k, v) == v[1])}
     if not (_builds_tiny(saved.get("model") or {}) and _builds_tiny(now["model"])):
-        # the model is (or was) read from model.path: the tiny settings are not used
-        diff = {k: v for k, v in diff.items() if not k.startswith("model.tiny")}
+        # the model is (or was) read from model.path: the tiny model's settings are not used
+        diff = {k: v for k, v in diff.items() if not k.startswith(TINY_ONLY)}
     return saved, diff
 
 

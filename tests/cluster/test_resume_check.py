@@ -65,6 +65,28 @@ def test_the_tiny_model_a_run_built_cannot_change(tmp_path):
     assert report_resume_changes(other, from_path.run_dir) == {}
 
 
+def test_the_tiny_models_tokenizer_cannot_change_and_older_runs_had_none(tmp_path):
+    import yaml
+
+    cfg = saved(tmp_path, SFT)
+    merged = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [*SFT, f"run.root={tmp_path}", "model.tokenizer_merges=64"],
+    )
+    with pytest.raises(ResumeConflict, match=r"cannot change model.tokenizer_merges \(.*0 -> 64\)"):
+        check_resume_settings(merged, cfg.run_dir)
+    # a run saved before these settings existed was byte-level: resuming it is no change
+    path = cfg.run_dir / "config.yaml"
+    old = yaml.safe_load(path.read_text())
+    for key in ("tokenizer_merges", "tokenizer_corpus"):
+        del old["model"][key]
+    path.write_text(yaml.safe_dump(old))
+    check_resume_settings(cfg, cfg.run_dir)
+    assert report_resume_changes(cfg, cfg.run_dir) == {}
+    with pytest.raises(ResumeConflict, match=r"model.tokenizer_merges: None -> 64"):
+        check_resume_settings(merged, cfg.run_dir)
+
+
 def test_other_changes_apply_and_are_named(tmp_path, caplog):
     cfg = saved(tmp_path, SFT)
     longer = load_config(
