@@ -76,7 +76,7 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
     now = cfg.model_dump(mode="json")
     diff = changes(saved, now)
     # a run saved before a setting existed ran with its default
-    diff = {k: v for k, v in diff.items() if not (v[0] is None and ADDED_LATER.get(k, v) == v[1])}
+    diff = {k: v for k, v in diff.items() if not (k in ADDED_LATER and v == (None, ADDED_LATER[k]))}
     if not (_builds_tiny(saved.get("model") or {}) and _builds_tiny(now["model"])):
         # the model is (or was) read from model.path: the tiny model's settings are not used
         diff = {k: v for k, v in diff.items() if not k.startswith(TINY_ONLY)}
