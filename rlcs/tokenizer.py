@@ -9,6 +9,7 @@ task family several times shorter: fewer steps to generate an answer, fewer toke
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -82,16 +83,17 @@ def learn_merges(
     texts: Iterable[str], max_merges: int, min_frequency: int = 2
 ) -> list[tuple[str, str]]:
     """Up to ``max_merges`` BPE merges learnt from ``texts`` (most frequent pairs first), for
-    :func:`build_tokenizer`. The special tokens are taken out of the texts first, so no merge
-    spans one; fewer merges come back when no pair occurs ``min_frequency`` times more."""
+    :func:`build_tokenizer`. The texts are cut at the special tokens, as the tokenizer cuts
+    them before its merges apply, so no merge spans one and the text after a marker is learnt
+    as it will be read (``<think>green`` as ``green``); fewer merges come back when no pair
+    occurs ``min_frequency`` times more."""
     if max_merges < 1:
         return []
-    specials = CONTROL_TOKENS + FORMAT_TOKENS
+    marker = re.compile("|".join(re.escape(t) for t in CONTROL_TOKENS + FORMAT_TOKENS))
 
-    def plain(text: str) -> str:
-        for t in specials:
-            text = text.replace(t, " ")
-        return text
+    def pieces() -> Iterable[str]:
+        for text in texts:
+            yield from (part for part in marker.split(text) if part)
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = _pre_tokenizer(with_merges=True)
@@ -102,7 +104,7 @@ def learn_merges(
         initial_alphabet=alphabet,
         show_progress=False,
     )
-    core.train_from_iterator((plain(t) for t in texts), trainer)
+    core.train_from_iterator(pieces(), trainer)
     merges = json.loads(core.to_str())["model"]["merges"]
     return [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges][:max_merges]
 

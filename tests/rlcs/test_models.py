@@ -54,6 +54,9 @@ def test_learnt_merges_shorten_the_corpus_and_keep_digits_and_special_ids(tok):
         assert bpe.decode(ids) == text
     pieces = bpe.convert_ids_to_tokens(bpe.encode("at 757,571", add_special_tokens=False))
     assert [p for p in pieces if any(c.isdigit() for c in p)] == list("757571")
+    # the text after a marker is learnt as the tokenizer reads it: no space before "Save"
+    after = bpe.convert_ids_to_tokens(bpe.encode("<think>Save button", add_special_tokens=False))
+    assert after == ["<think>", "Save", "Ġbutton"]
     # text the corpus never had still round-trips, byte by byte where no merge applies
     odd = "<think>½ + ⅓ = 5/6 ✓ Ünïcode\ttabs</think>"
     assert bpe.decode(bpe.encode(odd, add_special_tokens=False)) == odd
