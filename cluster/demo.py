@@ -67,8 +67,11 @@ def data_overrides(files: dict[str, Path], split: str) -> list[str]:
 CORPUS_SPLITS = ("pretrain", "sft", "rl_train")
 
 
-def corpus_override(files: dict[str, Path]) -> str:
-    return f"model.tokenizer_corpus={json.dumps([str(files[s]) for s in CORPUS_SPLITS])}"
+def corpus_overrides(cfg: Config, files: dict[str, Path]) -> list[str]:
+    """Where the pretraining stage's tokenizer learns its merges, when it learns any."""
+    if not cfg.model.tokenizer_merges:
+        return []
+    return [f"model.tokenizer_corpus={json.dumps([str(files[s]) for s in CORPUS_SPLITS])}"]
 
 
 def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) -> Config:
@@ -197,7 +200,7 @@ def run(
     files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
     pre = stage_config(config, root, "pretrain",
                        [*overrides, *PRETRAIN, *data_overrides(files, "pretrain"),
-                        corpus_override(files)])  # fmt: skip
+                        *corpus_overrides(base, files)])  # fmt: skip
     connect_ray(pre)
     stage("pretrain", lambda: train(pre), stage_settings(pre))
     sft = stage_config(config, root, "sft", [*overrides, *SFT, *data_overrides(files, "sft"),

@@ -52,9 +52,32 @@ def changes(saved: Any, now: Any, prefix: str = "") -> dict[str, tuple[Any, Any]
     return {} if saved == now else {prefix: (saved, now)}
 
 
-#: Settings a run's config.yaml lacks when it was saved before they existed, with the value
-#: that run had in effect.
-ADDED_LATER: dict[str, Any] = {"model.tokenizer_merges": 0, "model.tokenizer_corpus": []}
+_NO_DEFAULT = object()
+
+
+def _default_of(key: str) -> Any:
+    """The declared default of setting ``key`` ("section.field"), JSON-dumped as config.yaml
+    holds it; ``_NO_DEFAULT`` for a key inside a free-form dict or without a default."""
+    model: Any = Config
+    field = None
+    for part in key.split("."):
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return _NO_DEFAULT
+        field = fields[part]
+        model = field.annotation
+    if field is None or field.is_required():
+        return _NO_DEFAULT
+    value = field.get_default(call_default_factory=True)
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def _added_later(key: str, saved: Any, now: Any) -> bool:
+    """A setting the saved config.yaml lacks, asked at its default: the run was saved before
+    the setting existed, and ran as its default has it."""
+    return saved is None and now is not None and _default_of(key) == now
+
+
 #: Settings read only where a tiny model is built.
 TINY_ONLY = ("model.tiny", "model.tokenizer_")
 
@@ -75,8 +98,7 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
         raise ResumeConflict(f"--resume: cannot read {run_dir / 'config.yaml'}: {e}") from None
     now = cfg.model_dump(mode="json")
     diff = changes(saved, now)
-    # a run saved before a setting existed ran with its default
-    diff = {k: v for k, v in diff.items() if not (k in ADDED_LATER and v == (None, ADDED_LATER[k]))}
+    diff = {k: v for k, v in diff.items() if not _added_later(k, *v)}
     if not (_builds_tiny(saved.get("model") or {}) and _builds_tiny(now["model"])):
         # the model is (or was) read from model.path: the tiny model's settings are not used
         diff = {k: v for k, v in diff.items() if not k.startswith(TINY_ONLY)}

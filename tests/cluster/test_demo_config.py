@@ -53,3 +53,14 @@ def test_demo_documents_fit_the_packed_rows(tiny_vlm, tmp_path):
     assert longest <= seq_len, f"a demo document of {longest} tokens exceeds seq_len={seq_len}"
     # and the rows are not far longer than the documents: that is what makes them cheap
     assert seq_len <= 4 * longest
+
+
+def test_the_demos_tokenizer_learns_from_the_training_splits_only_when_asked():
+    from cluster.demo import corpus_overrides
+
+    files = {s: Path(f"/d/{s}.jsonl") for s in ("pretrain", "sft", "rl_train", "heldout")}
+    assert corpus_overrides(load_config(DEFAULT_CONFIG), files) == []  # byte-level: nothing
+    merged = load_config(DEFAULT_CONFIG, ["model.tokenizer_merges=512"])
+    (only,) = corpus_overrides(merged, files)
+    corpus = load_config(DEFAULT_CONFIG, [only]).model.tokenizer_corpus
+    assert corpus == ["/d/pretrain.jsonl", "/d/sft.jsonl", "/d/rl_train.jsonl"]  # no held-out
