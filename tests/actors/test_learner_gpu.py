@@ -10,12 +10,12 @@ from rlcs.config import Config
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def _config(model, zero: int, ranks: int = 1) -> Config:
+def _config(model, zero: int, ranks: int = 1, precision: str = "bf16") -> Config:
     return Config.model_validate(
         {
             "stage": "sft",
             "model": {"path": str(model)},
-            "learner": {"zero_stage": zero, "precision": "bf16", "lr": 2e-3, "num_ranks": ranks},
+            "learner": {"zero_stage": zero, "precision": precision, "lr": 2e-3, "num_ranks": ranks},
             "cluster": {"device": "cuda"},
             "data": {"seq_len": 256},
         }
@@ -41,6 +41,35 @@ def test_bf16_nccl_sft_on_vlm_lowers_loss(tiny_vlm, zero):
     assert losses[-1] < 0.8 * losses[0], losses
     names = [n for n, _ in learner.named_weights()]
     assert len(names) == len(set(names)) > 0
+
+
+@pytest.mark.parametrize(
+    ("precision", "max_diff", "mean_diff"), [("fp32", 2e-3, 2e-4), ("bf16", 0.15, 0.03)]
+)
+def test_shared_prompts_keep_each_rollouts_logprobs_on_a_gpu(
+    tiny_vlm, precision, max_diff, mean_diff
+):
+    """``learner.grpo.share_prompts`` on CUDA: a group's prompt and image run once under an
+    explicit tree mask (SDPA's CUDA kernels), and each rollout's logprobs match those of one
+    document a rollout, to rounding (TF32 convolutions in fp32; bf16's 8-bit mantissa)."""
+    from actors.learner import Learner
+    from tests.actors.test_learner import rl_batch
+    from tests.actors.test_share_prompts import _rollout_logprobs, _step
+
+    cfg = _config(tiny_vlm, zero=2, precision=precision).model_copy(update={"stage": "rl"})
+    learner = Learner.local(cfg, tiny_vlm)
+    trajs = rl_batch(learner)
+    plain, shared = _step(learner, trajs, False), _step(learner, trajs, True)
+    assert (len(plain.docs), len(shared.docs)) == (8, 2)
+    for step in (plain, shared):
+        learner._fill_logprobs(step, "lp", learner.engine)
+    want, got = _rollout_logprobs(plain), _rollout_logprobs(shared)
+    assert got.keys() == want.keys() and len(got) == 8
+    diffs = torch.cat([(torch.tensor(got[k]) - torch.tensor(v)).abs() for k, v in want.items()])
+    print(
+        f"{precision}: {diffs.numel()} tokens, max |diff| {diffs.max():.2e}, mean {diffs.mean():.2e}"
+    )
+    assert diffs.max() < max_diff and diffs.mean() < mean_diff, (diffs.max(), diffs.mean())
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
