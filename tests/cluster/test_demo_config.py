@@ -59,10 +59,8 @@ def test_the_demos_tokenizer_learns_from_the_training_splits_only_when_asked():
     from cluster.demo import corpus_overrides
 
     files = {s: Path(f"/d/{s}.jsonl") for s in ("pretrain", "sft", "rl_train", "heldout")}
-    byte_level = load_config(DEFAULT_CONFIG, ["model.tokenizer_merges=0"])
-    assert corpus_overrides(byte_level, files) == []  # nothing to learn
-    merged = load_config(DEFAULT_CONFIG)
-    assert merged.model.tokenizer_merges == 512
+    assert corpus_overrides(load_config(DEFAULT_CONFIG), files) == []  # byte-level: nothing
+    merged = load_config(DEFAULT_CONFIG, ["model.tokenizer_merges=512"])
     (only,) = corpus_overrides(merged, files)
     corpus = load_config(DEFAULT_CONFIG, [only]).model.tokenizer_corpus
     assert corpus == ["/d/pretrain.jsonl", "/d/sft.jsonl", "/d/rl_train.jsonl"]  # no held-out
