@@ -54,16 +54,12 @@ def test_shared_prompts_keep_each_rollouts_logprobs_on_a_gpu(
     document a rollout, to rounding (TF32 convolutions in fp32; bf16's 8-bit mantissa)."""
     from actors.learner import Learner
     from tests.actors.test_learner import rl_batch
-    from tests.actors.test_share_prompts import _rollout_logprobs, _step
+    from tests.actors.test_share_prompts import both_ways
 
     cfg = _config(tiny_vlm, zero=2, precision=precision).model_copy(update={"stage": "rl"})
     learner = Learner.local(cfg, tiny_vlm)
-    trajs = rl_batch(learner)
-    plain, shared = _step(learner, trajs, False), _step(learner, trajs, True)
+    plain, shared, want, got = both_ways(learner, rl_batch(learner))
     assert (len(plain.docs), len(shared.docs)) == (8, 2)
-    for step in (plain, shared):
-        learner._fill_logprobs(step, "lp", learner.engine)
-    want, got = _rollout_logprobs(plain), _rollout_logprobs(shared)
     assert got.keys() == want.keys() and len(got) == 8
     diffs = torch.cat([(torch.tensor(got[k]) - torch.tensor(v)).abs() for k, v in want.items()])
     print(

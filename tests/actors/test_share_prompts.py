@@ -43,16 +43,22 @@ def _rollout_logprobs(step) -> dict[tuple, list[float]]:
     return out
 
 
+def both_ways(learner: Learner, trajs):
+    """The step as one document a rollout and as tree documents, and each rollout's logprobs
+    (keyed by its sequence) from each, under the learner's model."""
+    plain, shared = _step(learner, trajs, False), _step(learner, trajs, True)
+    for step in (plain, shared):
+        learner._fill_logprobs(step, "lp", learner.engine)
+    return plain, shared, _rollout_logprobs(plain), _rollout_logprobs(shared)
+
+
 def test_each_rollout_keeps_its_logprobs_with_the_prompt_run_once(learner):
     trajs = rl_batch(learner)  # two prompts (one with an image) x 4 rollouts
-    plain, shared = _step(learner, trajs, False), _step(learner, trajs, True)
+    plain, shared, want, got = both_ways(learner, trajs)
     assert (len(plain.docs), len(shared.docs)) == (8, 2)
     saved = sum(3 * (len(trajs[g]["prompt_token_ids"]) - 1) for g in (0, 4))
     assert sum(map(len, plain.docs)) - sum(map(len, shared.docs)) == saved
     assert sum(d.images is not None for d in shared.docs) == 1  # one image, not four
-    for step in (plain, shared):
-        learner._fill_logprobs(step, "lp", learner.engine)
-    want, got = _rollout_logprobs(plain), _rollout_logprobs(shared)
     assert got.keys() == want.keys() and len(got) == 8
     for key, lp in want.items():
         torch.testing.assert_close(torch.tensor(got[key]), torch.tensor(lp), atol=2e-5, rtol=1e-4)
