@@ -85,6 +85,13 @@ class Learner:
         if self.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not torch.distributed.is_initialized():
+            if self.device == "cuda":
+                # Bind the group to this rank's GPU up front. Unbound, NCCL guesses the device
+                # from the global rank at its first collective, which can hang where ranks and
+                # GPUs do not line up; DeepSpeed then adopts the initialised group.
+                torch.distributed.init_process_group(
+                    backend="nccl", device_id=torch.device("cuda", torch.cuda.current_device())
+                )
             deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
