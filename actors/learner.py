@@ -29,7 +29,7 @@ from actors.learner_model import (
     param_groups,
     uses_varlen_kernel,
 )
-from actors.network import free_port, node_ip
+from actors.network import free_port, join_process_group, node_ip
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
 from rlcs.packing import Document, collate, tree_attention_mask
@@ -68,31 +68,9 @@ class Learner:
 
     def init(self, master_addr: str | None, master_port: int | None) -> None:
         """Join the process group and build the engine. Collective across ranks."""
-        if self.device == "cpu":
-            # DeepSpeed picks CUDA whenever it sees a GPU; a CPU learner must say so first.
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        join_process_group(self.device, self.rank, self.world_size, master_addr, master_port)
         import deepspeed
 
-        if master_addr is not None:
-            # Under Ray each rank sees only its own GPU (CUDA_VISIBLE_DEVICES), so local rank 0.
-            os.environ.update(
-                RANK=str(self.rank),
-                LOCAL_RANK="0",
-                WORLD_SIZE=str(self.world_size),
-                MASTER_ADDR=master_addr,
-                MASTER_PORT=str(master_port),
-            )
-        if self.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        if not torch.distributed.is_initialized():
-            if self.device == "cuda":
-                # Bind the group to this rank's GPU up front. Unbound, NCCL guesses the device
-                # from the global rank at its first collective, which can hang where ranks and
-                # GPUs do not line up; DeepSpeed then adopts the initialised group.
-                torch.distributed.init_process_group(
-                    backend="nccl", device_id=torch.device("cuda", torch.cuda.current_device())
-                )
-            deepspeed.init_distributed(dist_backend="gloo" if self.device == "cpu" else "nccl")
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
         model = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
