@@ -42,6 +42,7 @@ from starlette.responses import Response
 from rewards import argtypes, registry
 from rewards.argtypes import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from rewards.base import ScoreResult
+from rewards.extract import THINK_CLOSE, THINK_OPEN
 from rewards.scoring import RewardScorer, counted_domain
 
 #: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
@@ -55,8 +56,13 @@ def _open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(DOCS_ASSETS + "/")
 
 
-#: end-of-sequence markers OpenRLHF leaves on decoded queries; stripped before the format gate
-EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|im_end|>", "<|eot_id|>", "</s>", "<eos>")
+#: end-of-sequence and padding markers OpenRLHF leaves on decoded queries (GLM ends a turn with
+#: ``<|user|>`` or ``<|observation|>``; an OpenRLHF that does not remove padding leaves pad
+#: tokens after them); stripped before the format gate
+EOS_MARKERS = ("<|endoftext|>", "<|user|>", "<|observation|>", "<|pad|>", "<|im_end|>",
+               "<|eot_id|>", "<|end_of_text|>", "</s>", "<eos>", "<pad>")  # fmt: skip
+#: the shortest tail of a prompt that locates it in a query that does not hold it verbatim
+MIN_PROMPT_TAIL = 16
 
 
 class ScoreRequest(BaseModel):
@@ -164,6 +170,8 @@ class _Gate:
             refusal = self._refuse(scope)
             if refusal is None:
                 body, refusal = await self._read_body(scope, receive)
+            if refusal is None and scope["method"] == "POST" and scope["path"] in SCORING:
+                refusal = _not_text(body)
             if refusal is not None:
                 await refusal(scope, receive, send_status)
                 return
@@ -233,6 +241,23 @@ def _not_json(content_type: str) -> str | None:
     return None if not media or subtype == "json" or subtype.endswith("+json") else media
 
 
+def _not_text(body: bytes) -> Response | None:
+    """A 400 for a body that is not JSON text in the encoding it appears to be in (UTF-8, or
+    UTF-16/32 by its first bytes, as ``json.loads`` reads it), naming the first bad byte;
+    FastAPI would say only "There was an error parsing the body"."""
+    encoding = json.detect_encoding(body)
+    try:
+        body.decode(encoding)
+    except UnicodeDecodeError as e:
+        return JSONResponse(
+            {"detail": f"request body is not valid {encoding.upper()} text: byte "
+                       f"0x{body[e.start]:02x} at offset {e.start} ({e.reason}); "
+                       f"send JSON as UTF-8"},
+            status_code=400,
+        )  # fmt: skip
+    return None
+
+
 def _json_response(content: Any, status_code: int = 200) -> Response:
     """JSON as FastAPI renders it (UTF-8), or ASCII-escaped when the content holds a lone
     surrogate: JSON text may carry one (``"\\ud800"``) and a result or an error echoes it, but
@@ -244,12 +269,62 @@ def _json_response(content: Any, status_code: int = 200) -> Response:
         return Response(body, status_code=status_code, media_type="application/json")
 
 
+def _prompt_end(query: str, prompt: str) -> int | None:
+    """Where the response starts in ``query``: after ``prompt``, or None if it is not there.
+
+    The decoded query need not start with the prompt text: padding or a BOS token can precede
+    it, and a VLM's image placeholder is expanded to one token per patch. So the prompt is
+    looked for anywhere, then its longest tail that the query holds (the text after the last
+    image), if that tail is long enough and occurs in the prompt only at its end."""
+    at = query.find(prompt)
+    if at >= 0:
+        return at + len(prompt)
+    lo, hi = 0, len(prompt)  # the longest k with prompt[-k:] in query (shorter tails are too)
+    while lo < hi:
+        k = (lo + hi + 1) // 2
+        if prompt[-k:] in query:
+            lo = k
+        else:
+            hi = k - 1
+    tail = prompt[len(prompt) - lo :]
+    if lo < MIN_PROMPT_TAIL or prompt.count(tail) != 1:
+        return None
+    return query.find(tail) + lo
+
+
+def _opened_think(prompt: str) -> str:
+    """The think block a chat template opens at the end of the prompt (``<think>`` to think,
+    ``<think></think>`` in GLM's /nothink mode), which belongs to the response; else ''."""
+    at = prompt.rfind(THINK_OPEN)
+    rest = prompt[at + len(THINK_OPEN) :].replace(THINK_CLOSE, "", 1)
+    return prompt[at:] if at >= 0 and "<" not in rest else ""
+
+
 def _openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str, Any]:
-    response = query
-    if prompt and query.startswith(prompt):
-        response = query[len(prompt) :]
-    elif "<think>" in query:
-        response = query[query.rfind("<think>") :]
+    """The ``score`` item of one OpenRLHF sample; ``problem`` says why it cannot be scored."""
+    if isinstance(label, str) and label.lstrip().startswith("{"):
+        with contextlib.suppress(ValueError, RecursionError):
+            label = json.loads(label)
+    if isinstance(label, dict) and "answer" in label:
+        item = {
+            "domain": label.get("domain", domain),
+            "answer": label["answer"],
+            "options": label.get("options") or {},
+        }
+    else:
+        item = {"domain": domain, "answer": label}
+    options = item.get("options")
+    glm = not isinstance(options, dict) or options.get("format", "glm") == "glm"
+    end = _prompt_end(query, prompt) if prompt else None
+    if end is not None:
+        response = _opened_think(prompt) + query[end:]
+    elif glm and THINK_OPEN in query:  # a GLM response starts at its (only) <think>
+        response = query[query.rfind(THINK_OPEN) :]
+    elif prompt:  # the whole query would let the prompt's text be taken for the answer
+        item["problem"] = "the prompt is not in the query, so the response cannot be found"
+        return item
+    else:
+        response = query
     response = response.rstrip()
     stripped = True
     while stripped:
@@ -257,17 +332,15 @@ def _openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str
         for marker in EOS_MARKERS:
             if response.endswith(marker):
                 response, stripped = response[: -len(marker)].rstrip(), True
-    if isinstance(label, str) and label.lstrip().startswith("{"):
-        with contextlib.suppress(ValueError, RecursionError):
-            label = json.loads(label)
-    if isinstance(label, dict) and "answer" in label:
-        return {
-            "domain": label.get("domain", domain),
-            "response": response,
-            "answer": label["answer"],
-            "options": label.get("options") or {},
-        }
-    return {"domain": domain, "response": response, "answer": label}
+    item["response"] = response
+    return item
+
+
+def _unscorable(item: dict[str, Any], default_domain: str) -> ScoreResult:
+    domain = item["domain"]
+    known = isinstance(domain, str) and domain in registry.domains()
+    return ScoreResult(0.0, False, None, "request", item["problem"],
+                       domain if known else default_domain)  # fmt: skip
 
 
 def create_app(
@@ -320,7 +393,13 @@ def create_app(
         n = len(req.query)
         if n > max_batch:
             return too_many(n)
-        prompts = req.prompts or [""] * n
+        if domain not in registry.domains():
+            return JSONResponse(
+                {"detail": f"unknown domain {domain!r} in ?domain=; known: "
+                           f"{', '.join(registry.domains())}"},
+                status_code=422,
+            )  # fmt: skip
+        prompts = req.prompts if req.prompts is not None else [""] * n
         labels = req.labels if req.labels is not None else [None] * n
         if len(prompts) != n or len(labels) != n:
             return JSONResponse(
@@ -333,7 +412,8 @@ def create_app(
             _openrlhf_item(q, p, lab, domain)
             for q, p, lab in zip(req.query, prompts, labels, strict=True)
         ]
-        results = await scorer.score_batch_async(items)
+        scored = iter(await scorer.score_batch_async([i for i in items if "problem" not in i]))
+        results = [_unscorable(i, domain) if "problem" in i else next(scored) for i in items]
         metrics.observe(results)
         rewards = [r.reward for r in results]
         return JSONResponse(

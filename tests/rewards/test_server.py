@@ -283,3 +283,75 @@ def test_odd_json_is_scored_or_refused_and_the_server_stays_whole(server):
         ]
         == 1.0
     )
+
+
+def test_get_reward_finds_the_response_in_queries_as_openrlhf_decodes_them(server):
+    prompt = "[gMASK]<sop><|user|>\nWhat is 2+3?<|assistant|>\n"
+    answer = "<|begin_of_box|>5<|end_of_box|></answer>"
+    bare = json.dumps({"answer": "5", "options": {"format": "bare"}})
+    image = "[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>What is 2+3?<|assistant|>\n"
+    expanded = image.replace("<|image|>", "<|image|>" * 40)  # one token per patch once decoded
+    cases = [  # (query, prompt, label): all right answers
+        ("<|pad|><|pad|>" + prompt + "5<|user|><|pad|>", prompt, bare),  # padding kept, both sides
+        (prompt + glm("5") + "<|observation|>", prompt, "5"),  # GLM's other end-of-turn token
+        # the template pre-fills the think block (GLM's /nothink; templates that open <think>)
+        (prompt + "<think></think><answer>" + answer, prompt + "<think></think>", "5"),
+        (prompt + "<think>\nadd</think><answer>" + answer, prompt + "<think>\n", "5"),
+        (expanded + glm("5") + "<|user|>", image, "5"),  # the prompt's tail after the image
+    ]
+    r = server.post("/get_reward", json={"query": [q for q, _, _ in cases],
+                                         "prompts": [p for _, p, _ in cases],
+                                         "labels": [lab for _, _, lab in cases]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["rewards"] == [1.0] * len(cases)
+    assert r.json()["extra_logs"]["error"] == [0.0] * len(cases)
+
+    # the prompt's own text is never taken for the answer: an example \boxed{5} in the prompt,
+    # with a BOS before it, and a response with no box; a prompt the query does not hold at all
+    shown = "[gMASK]<sop><|user|>\nAnswer like \\boxed{5}. What is 2+3?<|assistant|>\n"
+    boxed = json.dumps({"answer": "5", "options": {"format": "boxed"}})
+    r = server.post("/get_reward", json={"query": ["<s>" + shown + "no idea", "Answer like \\boxed{5}. what"],
+                                         "prompts": [shown, shown], "labels": [boxed, boxed]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["rewards"] == [0.0, 0.0]
+    assert r.json()["extra_logs"]["error"] == [1.0, 1.0]
+    assert 'rlcs_reward_errors_total{domain="math",error="request"}' in server.get("/metrics").text
+
+
+def test_get_reward_refuses_an_unknown_domain_and_a_short_prompts_list(server):
+    ok = glm("1")
+    r = server.post("/get_reward?domain=nope", json={"query": [ok], "labels": ["1"]})
+    assert r.status_code == 422 and "unknown domain 'nope'" in r.json()["detail"]
+    r = server.post("/get_reward", json={"query": [ok, ok], "prompts": [], "labels": ["1", "1"]})
+    assert r.status_code == 422
+    assert r.json()["detail"] == "query, prompts and labels differ in length (2, 0, 2)"
+    r = server.post("/get_reward?domain=chart", json={"query": [glm("2019")], "labels": ["2019"]})
+    assert r.status_code == 200 and r.json()["rewards"] == [1.0]
+
+
+def test_a_body_that_is_not_utf8_gets_400_naming_the_byte(server):
+    body = '{"domain": "ocr", "response": "caf\u00e9", "answer": "x"}'.encode("latin-1")
+    r = server.post("/v1/score", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    at = body.index(b"\xe9")
+    assert r.json()["detail"].startswith(
+        f"request body is not valid UTF-8 text: byte 0xe9 at offset {at}"
+    )
+    utf16 = json.dumps(
+        {"domain": "ocr", "response": "a", "answer": "a", "options": {"format": "bare"}}
+    )
+    r = server.post("/v1/score", content=utf16.encode("utf-16"),
+                    headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 200 and r.json()["reward"] == 1.0  # JSON text may be UTF-16 too
+    assert 'rlcs_reward_requests_total{code="400",path="/v1/score"}' in server.get("/metrics").text
+
+
+def test_a_polynomial_too_large_for_floats_is_not_equal_to_every_answer(server):
+    # evaluated at the probe points, the product overflows a float; inf compared with inf once
+    # made it "equal" to any ground truth at all
+    big = "\\prod_{k=1}^{300}(x+k)"
+    items = [{"domain": "math", "response": glm(big), "answer": a} for a in ("7", "x", "0")]
+    items.append({"domain": "math", "response": glm(big), "answer": "\\prod_{k=1}^{300}(k+x)"})
+    r = server.post("/v1/score/batch", json={"items": items})
+    assert r.status_code == 200, r.text
+    assert [x["reward"] for x in r.json()["results"]] == [0.0, 0.0, 0.0, 1.0]
