@@ -100,9 +100,7 @@ def _glm_hop(text: str) -> str:
     if not text.endswith(ANSWER_CLOSE):
         raise FormatError("response must end with </answer>")
     start, end = at + len(ANSWER_OPEN), len(text) - len(ANSWER_CLOSE)
-    if _inside(marks[ANSWER_OPEN], ANSWER_OPEN, start, end) or _inside(
-        marks[ANSWER_CLOSE], ANSWER_CLOSE, start, end
-    ):
+    if len(marks[ANSWER_OPEN]) != 1 or len(marks[ANSWER_CLOSE]) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
     if text.find("\\", start, end) >= 0 and text.find("\\boxed{", start, end) >= 0:
         raise FormatError("\\boxed{ inside <answer>; use the box markers")
@@ -133,7 +131,7 @@ def _glm_scan(text: str) -> str:
     if not rest.endswith(ANSWER_CLOSE):
         raise FormatError("response must end with </answer>")
     body = rest[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)]
-    if ANSWER_OPEN in body or ANSWER_CLOSE in body:
+    if text.count(ANSWER_OPEN) != 1 or text.count(ANSWER_CLOSE) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
     if "\\boxed{" in body:
         raise FormatError("\\boxed{ inside <answer>; use the box markers")

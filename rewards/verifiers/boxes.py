@@ -71,6 +71,8 @@ def parse_boxes(value: Any) -> list[tuple[float, float, float, float]]:
         return parse_boxes(value["boxes"])
     else:
         raise BoxError(f"expected boxes, got {type(value).__name__}")
+    if not boxes:  # no ratio to take (and no prediction could ever match it)
+        raise BoxError("no boxes (an empty list)")
     if len(boxes) > MAX_BOXES:
         raise BoxError(f"more than {MAX_BOXES} boxes")
     return boxes

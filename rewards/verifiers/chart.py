@@ -1,5 +1,12 @@
 """Chart QA: numbers as in math, except year-like integers (1000-3000) must match exactly;
-text answers by normalised exact match."""
+text answers by normalised exact match.
+
+A ground truth that is a number or a formula (``12.5%``, ``\\frac{1}{4}``, ``$5``) is
+compared as math. One with words in it (``Q1 2019``, ``COVID-19``, ``1.5 million``) is text:
+word for word, where two words that are both numbers compare as numbers (the year rule
+included). Math would read its letters as variables, and a product of variables does not
+care about order: ``2019 Q1`` would equal ``Q1 2019``, and ``DIVOC-19`` ``COVID-19``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ from rewards.verifiers.vqa import normalize_text
 
 _CURRENCY = re.compile(r"^(?:\\?\$|€|£|¥)\s*")
 _NUMERIC = re.compile(r"\d|\\(?:frac|sqrt|pi)")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LETTER = re.compile(r"[A-Za-z]")
 
 
 def _year(text: str) -> int | None:
@@ -28,6 +37,13 @@ def _clean(text: str) -> str:
     return _CURRENCY.sub("", mp.normalize(text))
 
 
+def _is_math(gt: str) -> bool:
+    """A number or a formula: digits, and no letters but those of LaTeX commands."""
+    if not _NUMERIC.search(gt):
+        return False
+    return mp.fast_number(gt) is not None or not _LETTER.search(_COMMAND.sub("", gt))
+
+
 class ChartVerifier(Verifier):
     name = "chart"
     cacheable = True
@@ -40,10 +56,25 @@ class ChartVerifier(Verifier):
 
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         pred, gt = _clean(extracted), _clean(str(answer))
-        year_p, year_g = _year(pred), _year(gt)
-        if year_p is not None or year_g is not None:
-            return Verdict(float(year_p == year_g))
-        if not _NUMERIC.search(gt):
-            return Verdict(float(normalize_text(pred) == normalize_text(gt)))
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
+        if _year(pred) is not None or _year(gt) is not None or _is_math(gt):
+            return self._number(pred, gt, rel_tol)
+        pred_words, gt_words = normalize_text(pred).split(), normalize_text(gt).split()
+        if len(pred_words) != len(gt_words):
+            return Verdict(0.0)
+        for p, g in zip(pred_words, gt_words, strict=True):
+            if p == g:
+                continue
+            if mp.fast_number(p) is None or mp.fast_number(g) is None:
+                return Verdict(0.0)
+            if self._number(p, g, rel_tol).reward < 1.0:
+                return Verdict(0.0)
+        return Verdict(1.0)
+
+    def _number(self, pred: str, gt: str, rel_tol: float) -> Verdict:
+        """A year on either side must equal the other side's value exactly (``2019.0`` is
+        2019, ``2019.0000001`` is not); other numbers compare as math does."""
+        if _year(pred) is not None or _year(gt) is not None:
+            value = mp.fast_number(pred)
+            return Verdict(float(value is not None and value == mp.fast_number(gt)))
         return self._math.compare(pred, gt, rel_tol)

@@ -81,6 +81,14 @@ def _target(action: Mapping[str, Any], name: str) -> tuple[str, tuple] | None:
     return None
 
 
+def _targets(action: Mapping[str, Any]) -> dict[str, tuple[str, tuple] | None]:
+    """The positional arguments of ``action`` (``_target`` of each), checked."""
+    return {a: _target(action, a) for a in ACTIONS[action["action"]] if a in _POSITIONAL}
+
+
+_POSITIONAL = ("target", "start", "end")
+
+
 def _position_ok(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mapping) -> bool:
     tau = float(options.get("iou_threshold", DEFAULT_IOU))
     radius = float(options.get("point_radius", DEFAULT_POINT_RADIUS))
@@ -114,7 +122,7 @@ class GUIVerifier(Verifier):
 
     def check_answer(self, answer: Any) -> str | None:
         try:
-            parse_action(answer)
+            _targets(parse_action(answer))
         except (ActionError, BoxError) as e:
             return f"ground truth: {e}"
         return None
@@ -122,6 +130,7 @@ class GUIVerifier(Verifier):
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
             gt = parse_action(answer)
+            wants = _targets(gt)  # a malformed target box is the ground truth's fault
         except (ActionError, BoxError) as e:
             return Verdict(0.0, "answer", f"ground truth: {e}")
         try:
@@ -133,8 +142,8 @@ class GUIVerifier(Verifier):
         checks, wrong = 0, []
         for arg in ACTIONS[gt["action"]]:
             try:
-                if arg in ("target", "start", "end"):
-                    want = _target(gt, arg)
+                if arg in _POSITIONAL:
+                    want = wants[arg]
                     if want is None:
                         continue
                     got = _target(pred, arg)

@@ -195,12 +195,12 @@ class _Parser:
 def _cheap_power(base: sympy.Expr, exp: sympy.Rational) -> bool:
     """Whether SymPy can compute base**exp exactly in little time and memory (under ~100k
     bits). SymPy folds (a^b)^c into a^(bc), so a base that holds a power counts as risky."""
-    e = abs(exp.p) / exp.q
+    p, q = abs(exp.p), exp.q  # in integers: p / q overflows a float for 2^{3^{4^{5}}}
     if base.is_Rational:
-        return max(abs(base.p).bit_length(), base.q.bit_length()) * e <= 100_000
-    if e <= 64:
+        return max(abs(base.p).bit_length(), base.q.bit_length()) * p <= 100_000 * q
+    if p <= 64 * q:
         return True
-    return e <= _SMALL_EXP and not base.has(sympy.Pow)
+    return p <= _SMALL_EXP * q and not base.has(sympy.Pow)
 
 
 def _letter(tok: str) -> sympy.Expr:

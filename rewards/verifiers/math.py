@@ -108,10 +108,12 @@ def _is_identity(a: sympy.Expr, b: sympy.Expr) -> bool:
         va, vb = sympy.N(a.xreplace(point), 30), sympy.N(b.xreplace(point), 30)
         if not (va.is_number and vb.is_number) or va.has(*_UNDEFINED) or vb.has(*_UNDEFINED):
             continue
-        gap, scale = float(abs(va - vb)), max(1.0, float(abs(va)), float(abs(vb)))
+        # compared as SymPy numbers: as floats, values past 1e308 are inf, and inf <= 1e-20 * inf
+        # would count (x+1)(x+2)...(x+200) as agreeing with any answer at all
+        gap, scale = abs(va - vb), max(sympy.Integer(1), abs(va), abs(vb))
         if gap > 1e-12 * scale:
             return False
-        agree += gap <= 1e-20 * scale
+        agree += bool(gap <= 1e-20 * scale)
     d = sympy.expand(a - b)
     if d == 0:
         return True
@@ -249,3 +251,5 @@ class MathVerifier(Verifier):
             return Verdict(float(equal(p, g, rel_tol)))
         except Undecided as e:
             return Verdict(0.0, "parse", str(e))
+        except OverflowError:  # mpmath's working precision of a value too large to evaluate
+            return Verdict(0.0, "parse", "too large to compare exactly")

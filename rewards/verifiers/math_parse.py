@@ -9,6 +9,7 @@ last line of defence, not the first.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from functools import lru_cache
@@ -22,6 +23,8 @@ MAX_CHARS = 2000
 MAX_DEPTH = 40
 MAX_DIGITS = 4000
 HUGE_EXPONENT = 10_000
+#: a power or exponential whose value needs more bits than this is too large to compare
+HUGE_BITS = 100_000
 
 
 class MathParseError(ValueError):
@@ -45,12 +48,17 @@ _WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|mbox|boxed|mathbf)\{(.*)\}$", r
 _IN_SET = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
 _CHOICE_PRED = re.compile(r"^(?:\\text\{)?\(?([A-J])\)?(?:[.:)\s}]|$)")
+#: a second choice letter after the first ("A or B", "(A) (B)", "A B C D"): a hedge
+_ANOTHER_CHOICE = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 _FRAC = re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
 _SLASH = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
 _MIXED = re.compile(r"^([+-]?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}$")  # 1\frac{1}{2} = 3/2
 _UNIT_WORDS = re.compile(r"^(\S+)\s+[A-Za-z]+(?:\^?\d)?(?:\s*/\s*[A-Za-z]+)?\.?$")  # 5 cm, 3 m/s
+#: e-notation whose exponent has five or more digits (10^10000 and up): ``Fraction`` would
+#: compute the power exactly, which takes minutes for ``1e999999999``
+_HUGE_E = re.compile(r"\d\.?[eE][+-]?0*\d{5}")
 _SCI = re.compile(
     r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x)\s*10\^\{?([+-]?\d+)\}?$"
 )
@@ -111,9 +119,10 @@ def choice_letter(gt: str) -> str | None:
 
 
 def pred_choice_letter(pred: str) -> str | None:
+    """The letter the answer chooses; None when it names none, or more than one."""
     m = _CHOICE_PRED.match(pred.strip())
     if m:
-        return m.group(1)
+        return None if _ANOTHER_CHOICE.search(pred.strip(), m.end()) else m.group(1)
     m = re.match(r"^(?:option|answer|choice)\s*:?\s*\(?([A-J])\)?\.?$", pred.strip(), re.I)
     return m.group(1).upper() if m else None
 
@@ -131,6 +140,8 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
     s = s.replace(" ", "")
     try:
         if _PLAIN_NUMBER.match(s):
+            if _HUGE_E.search(s):
+                return None
             return Fraction(s), pct
         m = _FRAC.match(s)
         if m:
@@ -183,6 +194,8 @@ def check_size(s: str) -> None:
         raise MathParseError(f"nesting deeper than {MAX_DEPTH}")
     if longest > MAX_DIGITS:
         raise MathParseError(f"a number with more than {MAX_DIGITS} digits")
+    if _HUGE_E.search(s):
+        raise MathParseError("a power too large to evaluate (e-notation exponent)")
 
 
 def plain_to_latex(s: str) -> str:
@@ -220,6 +233,8 @@ def to_sympy(s: str) -> sympy.Basic:
         return latex_fast.parse(latex)
     except latex_fast.TooLarge as e:
         raise MathParseError(str(e)) from None
+    except OverflowError:  # a value too large even for a float estimate of its size
+        raise MathParseError("a power too large to evaluate") from None
     except (latex_fast.Unsupported, RecursionError, ValueError, TypeError, ZeroDivisionError):
         pass
     try:
@@ -238,18 +253,47 @@ def to_sympy(s: str) -> sympy.Basic:
 
 
 def is_huge(expr: sympy.Basic) -> bool:
-    """True when evaluating ``expr`` numerically could need astronomically many digits."""
-    for node in sympy.preorder_traversal(expr):
-        if isinstance(node, sympy.Pow):
-            base, exp = node.args
-            if exp.has(sympy.Pow) and base.is_number and exp.is_number:
+    """True when evaluating ``expr`` numerically could need astronomically many digits.
+
+    Inner nodes are checked first, so an exponent is only ever evaluated (to 15 digits) once
+    everything inside it is known to be of a size that evaluates in microseconds: a tower
+    such as ``e^{e^{e^{e^{10}}}}`` is refused at its first level that is too large, while
+    ``2^{\\sqrt{2}}`` or ``\\pi^{\\sqrt{2}}`` are ordinary numbers."""
+    for node in sympy.postorder_traversal(expr):
+        if isinstance(node, (sympy.Pow, sympy.exp)):
+            base, exp = node.args if isinstance(node, sympy.Pow) else (sympy.E, node.args[0])
+            if not (base.is_number and exp.is_number):
+                continue
+            if exp.is_Integer:
+                if abs(int(exp)) > HUGE_EXPONENT and abs(base) not in (0, 1):
+                    return True
+            elif _bits(base, exp) > HUGE_BITS:
                 return True
-            if exp.is_Integer and abs(int(exp)) > HUGE_EXPONENT and base.is_number:
-                return abs(base) not in (0, 1)
         elif isinstance(node, (sympy.factorial, sympy.gamma)):
             arg = node.args[0]
-            if arg.has(sympy.factorial, sympy.Pow) and arg.is_number:
-                return True
-            if arg.is_Integer and int(arg) > HUGE_EXPONENT:
+            if arg.is_Integer:
+                if int(arg) > HUGE_EXPONENT:
+                    return True
+            elif arg.is_number and _estimate(arg) > HUGE_EXPONENT:
                 return True
     return False
+
+
+def _estimate(value: sympy.Expr) -> float:
+    """``|value|`` to 15 digits (inf when it is not a finite number); only for values whose
+    every inner power ``is_huge`` has already passed."""
+    v = sympy.N(value, 15)
+    if not v.is_number or v.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return float("inf")
+    try:
+        return float(abs(v))
+    except (TypeError, OverflowError):
+        return float("inf")
+
+
+def _bits(base: sympy.Expr, exp: sympy.Expr) -> float:
+    """About how many bits ``|base ** exp|`` (or its reciprocal) takes: ``|exp| * log2|base|``."""
+    b, e = _estimate(base), _estimate(exp)
+    if b in (0.0, float("inf")) or e == float("inf"):
+        return float("inf") if e == float("inf") or b == float("inf") else 0.0
+    return e * abs(math.log2(b))

@@ -43,18 +43,21 @@ _NUMBER_WORDS = {
 _ARTICLES = {"a", "an", "the"}
 _PUNCT = re.compile(r"[^\w\s.%-]|(?<!\d)\.|\.(?!\d)")
 _INTEGER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
+_THOUSANDS_SEP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 3,000 -> 3000; 1,2 stays two numbers
 MAX_CHARS = 10_000
 
 
 def normalize_text(text: str) -> str:
-    """Lower-case words, no articles or punctuation, number words as digits."""
-    words = _PUNCT.sub(" ", text.lower().replace("\\text{", " ")).split()
+    """Lower-case words, no articles or punctuation, number words as digits, no thousands
+    separators."""
+    text = _THOUSANDS_SEP.sub("", text.lower().replace("\\text{", " "))
+    words = _PUNCT.sub(" ", text).split()
     return " ".join(_NUMBER_WORDS.get(w, w) for w in words if w not in _ARTICLES)
 
 
 def as_integer(text: str) -> int | None:
     """The integer a counting answer states, or None if it is not one integer."""
-    t = normalize_text(text).replace(",", "")
+    t = normalize_text(text)
     if _INTEGER.match(t):
         return int(float(t)) if "." in t else int(t)
     return None
@@ -71,7 +74,15 @@ class VQAVerifier(Verifier):
     cacheable = True
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
-        return (normalize_text(extracted), tuple(normalize_text(a) for a in _accepted(answer)))
+        # the length limit applies to the text as written, and normalising can shorten it
+        # ("a a a ... yes" is "yes"): without the flag, a refused answer's verdict would be
+        # served to the short answer it normalises to, and the other way round
+        too_long = len(extracted) > MAX_CHARS
+        return (
+            too_long,
+            normalize_text(extracted),
+            tuple(normalize_text(a) for a in _accepted(answer)),
+        )
 
     def bounded(self, extracted: str, answer: Any) -> bool:
         return len(extracted) <= 1024 and len(str(answer)) <= 2048

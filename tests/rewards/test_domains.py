@@ -30,9 +30,35 @@ from rewards.verifiers.vqa import VQAVerifier
         ("Asia", "asia", 1.0),
         ("South  America.", "south america", 1.0),
         ("Europe", "Asia", 0.0),
+        ("2019.0", "2019", 1.0),  # a year matches its exact value, however written
+        ("2,500", "2500.0", 1.0),
+        ("2e3", "2000", 1.0),
     ],
 )
 def test_chart(pred, gt, reward):
+    assert ChartVerifier().verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # text with numbers in it used to go to math, which reads letters as variables of a
+        # product: any reordering or anagram of the words matched
+        ("2019 Q1", "Q1 2019", 0.0),
+        ("DIVOC-19", "COVID-19", 0.0),
+        ("hPone 12", "Phone 12", 0.0),
+        ("Q1 2019", "q1 2019", 1.0),
+        ("COVID-19", "COVID-19", 1.0),
+        # its numbers still compare as numbers, word for word, with the year rule
+        ("5.0 cm", "5 cm", 1.0),
+        ("1,234 people", "1234 people", 1.0),
+        ("1.50 million", "1.5 million", 1.0),
+        ("1.6 million", "1.5 million", 0.0),
+        ("Q1 2019.0000001", "Q1 2019", 0.0),
+        ("5", "5 cm", 0.0),
+    ],
+)
+def test_chart_text_with_numbers_is_matched_word_for_word(pred, gt, reward):
     assert ChartVerifier().verify(pred, gt, {}).reward == reward
 
 
@@ -78,6 +104,15 @@ def test_grounding_box_spam_does_not_pay():
         "[0,0,100,100],[500,500,600,600]", [[0, 0, 100, 100]], {"penalize_extra_boxes": False}
     )
     assert lenient.reward == 1.0
+
+
+@pytest.mark.parametrize("gt", [[], "[]", {"boxes": []}])
+def test_grounding_without_ground_truth_boxes_is_an_answer_error(gt):
+    """An empty list of boxes used to raise IndexError inside the verifier (a 'verifier'
+    error at every draw) and pass the dataset check."""
+    res = G.verify("[0,0,100,100]", gt, {})
+    assert (res.reward, res.error) == (0.0, "answer") and "no boxes" in res.detail
+    assert G.check_answer(gt) == "ground truth: no boxes (an empty list)"
 
 
 @pytest.mark.parametrize(
@@ -156,6 +191,23 @@ def test_gui_bad_action_is_a_parse_error(pred):
 
 
 @pytest.mark.parametrize(
+    "gt",
+    [
+        {"action": "click", "box": [1, 2, 3]},
+        {"action": "click", "point": [500, 3000]},
+        {"action": "drag", "start": [10, 10], "end_box": [50, 50, 20, 20]},
+    ],
+)
+def test_gui_malformed_ground_truth_target_is_an_answer_error(gt):
+    """A malformed target in the ground truth used to be a 'parse' error, blaming (and
+    training against) the model's answer, and passed the dataset check."""
+    pred = json.dumps({"action": gt["action"], "point": [5, 5], "start": [5, 5], "end": [9, 9]})
+    res = U.verify(pred, gt, {})
+    assert (res.reward, res.error) == (0.0, "answer") and res.detail.startswith("ground truth: ")
+    assert U.check_answer(gt).startswith("ground truth: ")
+
+
+@pytest.mark.parametrize(
     ("pred", "gt", "reward"),
     [
         ("Three", "3", 1.0),
@@ -166,6 +218,9 @@ def test_gui_bad_action_is_a_parse_error(pred):
         ("The red car.", "red car", 1.0),
         ("red", "blue", 0.0),
         ("yes", ["Yes", "yeah"], 1.0),
+        ("3,000", "3000", 1.0),  # thousands separators
+        ("1,200", "one thousand", 0.0),
+        ("1,2", "12", 0.0),  # two numbers, not a separator
     ],
 )
 def test_vqa(pred, gt, reward):
@@ -200,3 +255,14 @@ def test_answer_problem_says_which_ground_truths_can_never_be_scored(domain, ans
             domain, "<think>.</think><answer><|begin_of_box|>1<|end_of_box|></answer>", answer
         )
         assert result.error == "answer" and result.detail.startswith(problem[:30])
+
+
+def test_vqa_cache_keeps_apart_answers_that_normalise_alike_but_differ_in_length(scorer):
+    """A refused over-long answer ("a a a ... yes") normalises to "yes": its parse error used
+    to be cached under that key and served to every later correct "yes"."""
+    from conftest import glm
+
+    padded = "a " * 6000 + "yes"
+    results = scorer.score_batch([("vqa", glm(padded), "yes"), ("vqa", glm("yes"), "yes")])
+    assert [(r.reward, r.error) for r in results] == [(0.0, "parse"), (1.0, None)]
+    assert scorer.score("vqa", glm("yes"), "yes").reward == 1.0

@@ -37,6 +37,14 @@ def test_glm_ignores_boxes_inside_thinking():
         ),
         ("<think><think>x</think></think><answer>" + BOX.format("4") + "</answer>", "nested"),
         ("<think>x</think><answer><answer>" + BOX.format("4") + "</answer></answer>", "nested"),
+        (  # answer tags in the thinking are repeated answer tags too
+            "<think><answer>"
+            + BOX.format("3")
+            + "</answer></think><answer>"
+            + BOX.format("4")
+            + "</answer>",
+            "repeated <answer>",
+        ),
         ("<think>x</think><answer>\\boxed{4} " + BOX.format("4") + "</answer>", "\\boxed{"),
     ],
 )
@@ -72,3 +80,11 @@ def test_a_megabyte_response_is_gated_quickly(scorer):
     res = scorer.score("math", big, "4")
     assert res.reward == 1.0
     assert time.monotonic() - start < 1.0
+
+
+def test_answer_tags_inside_a_long_thinking_are_rejected_as_in_a_short_one():
+    tail = "</think><answer>" + BOX.format("4") + "</answer>"
+    for pad in ("", "x" * 10_000):  # short text is counted whole; long text by marker hops
+        with pytest.raises(FormatError, match="repeated <answer>"):
+            extract("<think>" + pad + "<answer>3</answer>" + tail)
+        assert extract("<think>" + pad + tail) == "4"

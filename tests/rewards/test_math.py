@@ -174,3 +174,49 @@ def test_integers_match_exactly_while_decimals_keep_the_tolerance():
 def test_answers_that_cannot_be_compared_are_errors_not_silent_zeros(pred, truth, detail):
     v = V.verify(pred, truth, {})
     assert (v.reward, v.error) == (0.0, "parse") and detail in v.detail
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt"),
+    [
+        ("2^{\\sqrt{2}}", "2.66514414269023"),
+        ("\\pi^{\\sqrt{2}}", "5.04749726737700"),
+        ("\\sqrt{2}^{\\sqrt{2}}", "1.63252691943815"),
+        ("e^{e^{2}}", "1618.17799191265"),
+    ],
+)
+def test_ordinary_irrational_powers_are_compared_not_refused_as_too_large(pred, gt):
+    """A power whose exponent holds a root (2^{sqrt 2}) used to count as 'too large to
+    compare': a right answer scored 0 as unreadable."""
+    assert V.verify(pred, gt, {}) == (1.0, None, None)
+    assert V.verify(pred, "2.7", {}) == (0.0, None, None)
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "2^{3^{4^{5}}}",  # used to raise OverflowError: a 'verifier' error, dropped from training
+        "e^{e^{e^{e^{10}}}}",  # the same, from mpmath
+        "\\exp(\\exp(\\exp(100)))",  # used to run until the worker was killed
+        "1e999999999",  # Fraction computed 10^999999999: a timeout
+        "1.5e-123456",
+    ],
+)
+def test_towers_and_huge_exponents_are_refused_at_once(scorer, pred):
+    import time
+
+    start = time.monotonic()
+    res = scorer.score("math", glm(pred), "5")  # in a worker: a regression times out, not hangs
+    assert (res.reward, res.error) == (0.0, "parse") and "too large" in res.detail
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt"),
+    [("A or B", "A"), ("A B C D", "A"), ("(A) (B)", "(A)"), ("A:B", "A"), ("B. C. D.", "B"),
+     ("\\text{A or B}", "A")],
+)  # fmt: skip
+def test_a_choice_answer_naming_several_letters_is_wrong(pred, gt):
+    """A hedge used to be scored by its first letter: "A or B" got full reward when A was right."""
+    assert V.verify(pred, gt, {}).reward == 0.0
+    assert V.verify("(" + gt.strip("()") + ") 42", gt, {}).reward == 1.0  # a letter, its content
