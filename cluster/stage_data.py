@@ -13,13 +13,21 @@ from __future__ import annotations
 import copy
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlcs.config import Config, ConfigError, SyntheticDataConfig
-from rlcs.data import KNOWN_DOMAINS, DatasetError, Item, decode_image, load_items, read_rows
+from rlcs.data import (
+    KNOWN_DOMAINS,
+    DatasetError,
+    Item,
+    decode_image,
+    load_items,
+    open_images,
+    read_rows,
+)
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
 
@@ -184,20 +192,31 @@ def register_domains(custom_domains: Mapping[str, str]) -> frozenset[str]:
     return KNOWN_DOMAINS | frozenset(custom_domains)
 
 
-def load_rl_items(paths: list[Path], custom_domains: Mapping[str, str] | None = None) -> list[Item]:
+def load_rl_items(
+    paths: list[Path],
+    custom_domains: Mapping[str, str] | None = None,
+    tiers: Sequence[str] | None = None,
+) -> list[Item]:
     """The items of ``paths`` as RL, evaluation and grading take them: validated (domains of
-    ``reward.custom_domains`` included), with their ground truths checked and their image
-    paths made absolute."""
+    ``reward.custom_domains`` included; a ``difficulty`` tier one of ``tiers`` where given),
+    with their ground truths checked and their image paths made absolute."""
     domains = register_domains(custom_domains or {})
     return [absolute_images(it, p.parent) for p in paths
-            for it in check_ground_truths(p, load_items(p, domains))]  # fmt: skip
+            for it in check_ground_truths(p, load_items(p, domains, tiers=tiers))]  # fmt: skip
+
+
+def tier_names(cfg: Config) -> tuple[str, ...]:
+    """The names an item's ``difficulty`` may give a tier by, under the config's curriculum."""
+    from rlcs.curriculum.tiers import UNSEEN, TierScheme
+
+    return tuple(n for n in TierScheme.from_config(cfg.curriculum).names if n != UNSEEN)
 
 
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     if cfg.stage == "rl":
         custom = cfg.reward.custom_domains
-        items = load_rl_items(train, custom)
+        items = load_rl_items(train, custom, tier_names(cfg))  # the sampler reads difficulty
         if not items:
             raise DatasetError(train[0], None, "no rl items")
         absent = sorted(set(cfg.data.domain_weights) - {it.domain for it in items})
@@ -222,6 +241,14 @@ def _read_rows(path: Path, stage: str) -> list[dict[str, Any]]:
         missing = [k for k in need if not isinstance(row.get(k), str)]
         if missing:
             raise DatasetError(path, lineno, f"a {stage} row needs {', '.join(missing)}")
+        images = row.get("images", [])
+        bad = (
+            [r for r in images if not isinstance(r, str)] if isinstance(images, list) else [images]
+        )
+        if bad:  # a lone path string would otherwise be read letter by letter
+            raise DatasetError(path, lineno, "images: expected a list of paths or base64 "
+                               f"strings, got {bad[0]!r:.60}")  # fmt: skip
+        open_images(images, path, lineno)  # else opened at its step, far into the run, unnamed
         row["_base"] = str(path.parent)
         rows.append(row)
     return rows

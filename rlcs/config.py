@@ -11,6 +11,7 @@ here; the sections of the roles (rollout, reward, curriculum, learner, cluster) 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     Field,
+    NonNegativeInt,
     ValidationError,
     model_validator,
 )
@@ -85,7 +87,7 @@ class SyntheticDataConfig(Section):
     """Generate the run's data with :mod:`rlcs.tasks` instead of reading files."""
 
     domains: list[TaskDomain] = Field(default_factory=lambda: ["math", "ocr", "grounding", "gui"])
-    sizes: dict[Literal["rl_train", "heldout", "sft", "pretrain"], int] = Field(
+    sizes: dict[Literal["rl_train", "heldout", "sft", "pretrain"], NonNegativeInt] = Field(
         default_factory=dict
     )
     text_only: bool = Field(False, description="Put the task in the prompt text; no images.")
@@ -124,8 +126,13 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _weights_positive(self) -> DataConfig:
         for domain, w in self.domain_weights.items():
-            if w < 0:
-                raise ValueError(f"domain_weights.{domain} must be >= 0, got {w}")
+            if not (w >= 0 and math.isfinite(w)):
+                raise ValueError(f"domain_weights.{domain} must be a finite number >= 0, got {w}")
+        if self.domain_weights and not sum(self.domain_weights.values()) > 0:
+            # every domain, named or not, would weigh 0: each batch would be drawn from nothing
+            raise ValueError(
+                f"domain_weights are all 0 ({self.domain_weights}): give some domain a weight > 0"
+            )
         return self
 
 
@@ -235,4 +242,4 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     try:
         return Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_errors(e, source, overridden)) from None
+        raise ConfigError(format_errors(e, source, overridden, Config)) from None

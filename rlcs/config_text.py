@@ -4,11 +4,13 @@ its value came from. The schema itself is :mod:`rlcs.config`."""
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -56,7 +58,11 @@ class ConfigError(ValueError):
     """A config problem, naming the key and where its value came from."""
 
 
-def format_errors(err: ValidationError, source: str, overridden: set[str]) -> str:
+def format_errors(
+    err: ValidationError, source: str, overridden: set[str], schema: type[BaseModel] | None = None
+) -> str:
+    """One line per error: where the value came from, its key, what is wrong; an unknown key
+    of ``schema`` with the nearest known one ("did you mean")."""
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
@@ -69,10 +75,27 @@ def format_errors(err: ValidationError, source: str, overridden: set[str]) -> st
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+            known = _keys_of(schema, e["loc"][:-1]) if schema is not None else []
+            if near := difflib.get_close_matches(str(e["loc"][-1]), known, n=1):
+                msg += f" (did you mean {'.'.join([*map(str, e['loc'][:-1]), near[0]])}?)"
         elif "input" in e and e["type"] != "missing" and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{origin}: {key}: {msg}")
     return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _keys_of(schema: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the section at ``loc`` of ``schema`` has (none if ``loc`` is no section)."""
+    model: Any = schema
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        kinds = (field.annotation, *typing.get_args(field.annotation))  # a section, or one | None
+        model = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if model is None:
+            return []
+    return list(model.model_fields)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import io
 import json
+import math
 import os
 import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, UnidentifiedImageError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: Domains with a built-in verifier. More can be registered through the reward registry.
 KNOWN_DOMAINS: frozenset[str] = frozenset({"math", "chart", "ocr", "grounding", "gui", "vqa"})
@@ -51,6 +54,25 @@ class Item(BaseModel):
     def _id_as_str(cls, v: Any) -> Any:
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
+    @field_validator("difficulty", mode="before")
+    @classmethod
+    def _difficulty_rate_or_tier(cls, v: Any) -> Any:
+        """A pass rate in [0, 1] or a tier name (checked against the tiers where the curriculum's
+        are known: ``load_items(tiers=...)``); a bool, NaN or a rate out of range is an error."""
+        if isinstance(v, bool) or not isinstance(v, (int, float, str, type(None))):
+            raise ValueError(f"must be a pass rate in [0, 1] or a tier name, got {v!r}")
+        if isinstance(v, (int, float)) and not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise ValueError(f"a pass rate must be in [0, 1], got {v!r}")
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("an empty tier name")
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_answer(self) -> Item:
+        if not self.prompt.strip() and not self.images:
+            raise ValueError("prompt: empty, and the item has no images: nothing to answer")
+        return self
+
 
 @dataclass
 class Trajectory:
@@ -79,12 +101,21 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     """
     if ref.startswith("data:"):
         raw = _b64(ref.partition(",")[2])
+    elif not ref.strip():
+        raise ValueError("an empty image reference (expected a path or base64)")
+    elif _URL_RE.match(ref):
+        raise ValueError("a URL; give a path relative to the dataset file, or base64")
     else:
         path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
         if path.is_file():
-            raw = path.read_bytes()
+            try:
+                raw = path.read_bytes()
+            except OSError as e:
+                raise ValueError(f"cannot read {path}: {e.strerror}") from None
         elif len(ref) >= 64 and _B64_RE.fullmatch(ref):
             raw = _b64(ref)
+        elif path.is_dir():
+            raise ValueError(f"a directory, not an image: {path}")
         else:
             raise ValueError(f"image not found: {path}")
     try:
@@ -98,7 +129,8 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     return img.convert("RGB")
 
 
-_B64_RE = re.compile(r"[A-Za-z0-9+/\s]+=*")
+_B64_RE = re.compile(r"[A-Za-z0-9+/\s]+=*\s*")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def inline_images(item: Item, base_dir: Path = Path("/")) -> Item:
@@ -125,51 +157,113 @@ _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".web
 
 
 def _b64(text: str) -> bytes:
+    """Decode base64 text; line breaks and spaces (base64 wrapped at 76 columns) are allowed."""
     try:
-        return base64.b64decode(text, validate=True)
+        return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as e:
         raise ValueError(f"invalid base64 image: {e}") from None
 
 
 def read_rows(path: Path):
-    """Yield (line_number, row) from a JSONL or Parquet file; bad JSON, a line that is not
-    UTF-8 and a row that is not an object are each a ``DatasetError``."""
+    """Yield (line_number, row) from a JSONL or Parquet file; bad JSON, a key given twice in
+    one object, a line that is not UTF-8, a row that is not an object and a file that cannot
+    be read are each a ``DatasetError``. A UTF-8 byte order mark before the first line is
+    skipped. A Parquet row leaves out its null columns and the null fields of its structs
+    (Parquet gives every row of a struct column every field any row has); its map columns
+    become objects, raw image bytes base64 ``data:`` URLs, and the index column pandas may
+    write is left out."""
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".json"}:
-        with path.open("rb") as f:
+        # a .json file is read as JSON Lines too; one holding a whole document is told so
+        hint = " (a .json file is read as JSON Lines: one object per line)" * (suffix == ".json")
+        try:
+            f = path.open("rb")
+        except OSError as e:
+            raise DatasetError(path, None, f"cannot read: {e.strerror}") from None
+        with f:
+            first = True
             for lineno, raw in enumerate(f, start=1):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise DatasetError(path, lineno, f"not UTF-8 text ({e.reason})") from None
+                if lineno == 1:
+                    line = line.removeprefix("\ufeff")
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, object_pairs_hook=_unique_keys)
                 except json.JSONDecodeError as e:
-                    raise DatasetError(path, lineno, f"invalid JSON: {e.msg}") from None
+                    raise DatasetError(path, lineno, f"invalid JSON: {e.msg}"
+                                       + (hint if first else "")) from None  # fmt: skip
+                except _RepeatedKey as e:
+                    raise DatasetError(path, lineno, str(e)) from None
                 if not isinstance(row, dict):
-                    raise DatasetError(path, lineno, "a row must be a JSON object")
+                    raise DatasetError(path, lineno, "a row must be a JSON object"
+                                       + (hint if first else ""))  # fmt: skip
+                first = False
                 yield lineno, row
     elif suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
-        for i, row in enumerate(table.to_pylist(), start=1):
-            yield i, {k: v for k, v in row.items() if v is not None}
+        try:
+            table = pq.read_table(path)
+            # the index pandas' to_parquet writes as a column (of a filtered frame) is no field
+            index = [c for c in table.column_names if re.fullmatch(r"__index_level_\d+__", c)]
+            rows = table.drop_columns(index).to_pylist(maps_as_pydicts="strict")
+        except OSError as e:  # a missing or unreadable file
+            raise DatasetError(path, None, f"cannot read: {e.strerror or e}") from None
+        except (pa.ArrowException, KeyError) as e:  # not Parquet; a map with a repeated key
+            raise DatasetError(path, None, f"not a readable Parquet file ({e})") from None
+        for i, row in enumerate(rows, start=1):
+            row = {k: _without_nulls(v) for k, v in row.items() if v is not None}
+            if isinstance(row.get("images"), list):
+                row["images"] = [_bytes_as_data_url(x) for x in row["images"]]
+            yield i, row
     else:
         raise DatasetError(path, None, f"unsupported file type {suffix!r} (use .jsonl or .parquet)")
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` keeps the last silently)."""
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _RepeatedKey(f"key {key!r} given twice in one object")
+    return row
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _bytes_as_data_url(ref: Any) -> Any:
+    if isinstance(ref, bytes):
+        return "data:application/octet-stream;base64," + base64.b64encode(ref).decode("ascii")
+    return ref
 
 
 def load_items(
     paths: str | Path | list[str | Path],
     domains: frozenset[str] | set[str] | None = None,
     check_images: bool = True,
+    tiers: Collection[str] | None = None,
 ) -> list[Item]:
     """Load and validate items from one or more JSONL/Parquet files.
 
     Raises ``DatasetError`` on the first bad row: missing or duplicate ``id``, unknown domain,
-    an unreadable image, or a malformed row.
+    an unreadable image, a ``difficulty`` that is no pass rate in [0, 1] nor one of ``tiers``
+    (the curriculum's tier names; any name where None), or a malformed row.
     """
     allowed = frozenset(domains) if domains is not None else KNOWN_DOMAINS
     if isinstance(paths, (str, Path)):
@@ -190,8 +284,11 @@ def load_items(
             except ValidationError as e:
                 first = e.errors()[0]
                 key = ".".join(str(x) for x in first["loc"])
-                msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-                raise DatasetError(p, lineno, f"{key}: {msg}") from None
+                msg = first["msg"].removeprefix("Value error, ")
+                if first["type"] == "extra_forbidden":
+                    near = difflib.get_close_matches(key, Item.model_fields, n=1)
+                    msg = "unknown field" + (f" (did you mean {near[0]!r}?)" if near else "")
+                raise DatasetError(p, lineno, f"{key}: {msg}" if key else msg) from None
             if item.domain not in allowed:
                 raise DatasetError(
                     p,
@@ -202,14 +299,24 @@ def load_items(
                 f0, l0 = seen[item.id]
                 raise DatasetError(p, lineno, f"duplicate id {item.id!r} (first at {f0}:{l0})")
             seen[item.id] = (str(p), lineno)
+            tier = item.difficulty if isinstance(item.difficulty, str) else None
+            if tiers is not None and tier is not None and tier not in tiers:
+                raise DatasetError(p, lineno, f"difficulty: unknown tier {tier!r}: give "
+                                   f"a pass rate in [0, 1], or one of {', '.join(tiers)}")  # fmt: skip
             if check_images:
-                for ref in item.images:
-                    try:
-                        decode_image(ref, p.parent)
-                    except ValueError as e:
-                        raise DatasetError(p, lineno, f"image {_short(ref)}: {e}") from None
+                open_images(item.images, p, lineno)
             items.append(item)
     return items
+
+
+def open_images(refs: list[str], path: Path, line: int | None) -> None:
+    """Check that each image of the row at ``path:line`` opens (a path relative to the
+    dataset file's folder, or base64); a ``DatasetError`` naming the first that does not."""
+    for ref in refs:
+        try:
+            decode_image(ref, path.parent)
+        except ValueError as e:
+            raise DatasetError(path, line, f"image {_short(ref)}: {e}") from None
 
 
 def _short(ref: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from PIL import Image
 
 from cluster.stage_data import data_files, load_stage_data
 from rlcs.config import load_config
@@ -160,3 +161,31 @@ def test_a_tiny_models_tokenizer_learns_its_merges_from_the_corpus(tmp_path):
     missing = [*sets[:-1], 'model.tokenizer_corpus=["/nonexistent/texts.jsonl"]']
     with pytest.raises(DatasetError, match="tokenizer_corpus: file not found"):
         resolve_model(load_config(None, [*missing, "run.name=r2"]), tmp_path / "r2")
+
+
+def test_stage_data_checks_supervised_images_and_rl_tiers_before_the_run(tmp_path):
+    """An SFT or pretraining row's images are opened at load, not at the step that draws
+    them; an RL item's difficulty tier must be one of the curriculum's."""
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "img" / "a.png")
+
+    def stage_error(stage, rows, *sets):
+        p = tmp_path / f"{stage}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        cfg = load_config(None, ["model.tiny=vlm", f"stage={stage}", f"data.train=[{p}]",
+                                 f"run.root={tmp_path}", *sets])  # fmt: skip
+        with pytest.raises(DatasetError) as e:
+            load_stage_data(cfg, cfg.run_dir)
+        return str(e.value).removeprefix(f"{p}:")
+
+    ok = {"prompt": "a", "response": "b", "images": ["img/a.png"]}
+    assert stage_error("sft", [ok, {**ok, "images": ["img/gone.png"]}]) == (
+        f"2: image 'img/gone.png': image not found: {tmp_path / 'img' / 'gone.png'}"
+    )
+    assert stage_error("pretrain", [{"text": "t", "images": "img/a.png"}]) == (
+        "1: images: expected a list of paths or base64 strings, got 'img/a.png'"
+    )
+    rl = {"id": "a", "domain": "math", "prompt": "1+1", "answer": "2", "difficulty": "hard"}
+    assert stage_error("rl", [rl], "curriculum.tier_names=[a, b, c, d, e]") == (
+        "1: difficulty: unknown tier 'hard': give a pass rate in [0, 1], or one of a, b, c, d, e"
+    )

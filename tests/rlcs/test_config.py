@@ -158,3 +158,33 @@ def test_rl_lr_horizon_is_the_runs_optimizer_steps_unless_set(tmp_path):
     assert load_config(None, [*base, "stage=sft"]).learner.steps == 100
     again = load_config(write_resolved(rl, tmp_path / "run"))
     assert again.learner.steps == 12
+
+
+def test_an_unknown_key_names_the_nearest_known_one(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: text\nrolout:\n  n: 8\nlearner:\n  grpo:\n    eps_hi: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p, ["data.synthetic.domainz=[math]", "run.xyzzy=1"])
+    lines = str(e.value).splitlines()[1:]
+    assert sorted(line.strip() for line in lines) == [
+        "--set: data.synthetic.domainz: unknown key (did you mean data.synthetic.domains?)",
+        "--set: run.xyzzy: unknown key",  # nothing near it
+        f"{p}: learner.grpo.eps_hi: unknown key (did you mean learner.grpo.eps_high?)",
+        f"{p}: rolout: unknown key (did you mean rollout?)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.domain_weights={math: .nan}", "domain_weights.math must be a finite number >= 0"),
+        ("data.domain_weights={math: .inf}", "domain_weights.math must be a finite number >= 0"),
+        # every iteration would draw no prompt at all, silently
+        ("data.domain_weights={math: 0, ocr: 0}", "domain_weights are all 0"),
+        ("data.synthetic={sizes: {rl_train: -1}}",
+         r"data\.synthetic\.sizes\.rl_train: Input should be greater than or equal to 0"),
+    ],
+)  # fmt: skip
+def test_data_settings_that_would_draw_nothing_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["model.tiny=text", override])
+    assert load_config(None, ["model.tiny=text", "data.domain_weights={math: 0, ocr: 1}"])

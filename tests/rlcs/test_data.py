@@ -198,3 +198,94 @@ def test_inline_images_carries_the_files_bytes(tmp_path, shapes_image):
     missing = Item(id="y", domain="ocr", prompt="?", images=[str(tmp_path / "gone.png")])
     assert inline_images(missing).images == missing.images
     assert inline_images(Item(id="z", domain="ocr", prompt="?")).images == []
+
+
+@pytest.mark.parametrize(
+    "row, reason",
+    [
+        ('{"id": "a", "domain": "math", "id": "b", "prompt": "x"}', "key 'id' given twice"),
+        ('{"id": "a", "domain": "math", "prompt": "x", "meta": {"k": 1, "k": 2}}',
+         "key 'k' given twice in one object"),
+        ({"id": "a", "domain": "math", "prompt": "x", "difficulty": 1.5},
+         "difficulty: a pass rate must be in [0, 1], got 1.5"),
+        ('{"id": "a", "domain": "math", "prompt": "x", "difficulty": NaN}',
+         "difficulty: a pass rate must be in [0, 1], got nan"),
+        ({"id": "a", "domain": "math", "prompt": "x", "difficulty": True},
+         "difficulty: must be a pass rate in [0, 1] or a tier name, got True"),
+        ({"id": "a", "domain": "math", "prompt": " "},
+         "prompt: empty, and the item has no images: nothing to answer"),
+        ({"id": "a", "domain": "ocr", "prompt": "x", "image": ["img/a.png"]},
+         "image: unknown field (did you mean 'images'?)"),
+        ({"id": "a", "domain": "ocr", "prompt": "x", "images": ["https://example.com/a.png"]},
+         "a URL; give a path relative to the dataset file, or base64"),
+        ({"id": "a", "domain": "ocr", "prompt": "x", "images": [""]},
+         "image '': an empty image reference"),
+        ({"id": "a", "domain": "ocr", "prompt": "x", "images": ["img"]},
+         "image 'img': a directory, not an image"),
+    ],
+)  # fmt: skip
+def test_rows_that_would_lose_or_bend_data_are_named(dataset_dir, row, reason):
+    """A repeated key (json keeps the last), a difficulty the sampler would refuse only once
+    Ray is up, an empty prompt, a misspelt field and image references that are no file."""
+    good = {"id": "ok", "domain": "math", "prompt": "1+1", "answer": "2"}
+    p = write_lines(dataset_dir / "bad.jsonl", [good, row])
+    with pytest.raises(DatasetError) as e:
+        load_items(p)
+    assert str(e.value).startswith(f"{p}:2: ") and reason in str(e.value)
+
+
+def test_bom_wrapped_base64_and_image_only_prompts_load(dataset_dir):
+    wrapped = base64.encodebytes(png_bytes("green")).decode()  # 76 columns, as `base64` writes
+    assert "\n" in wrapped
+    rows = [{"id": "a", "domain": "ocr", "prompt": "", "images": [wrapped]},
+            {"id": "b", "domain": "ocr", "prompt": "x", "images": ["data:image/png;base64," + wrapped]}]  # fmt: skip
+    p = dataset_dir / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    items = load_items(p)
+    assert [i.id for i in items] == ["a", "b"] and items[0].images == [wrapped]
+
+
+def test_a_json_document_is_told_apart_from_json_lines(dataset_dir):
+    p = dataset_dir / "d.json"
+    p.write_text(json.dumps([{"id": "a", "domain": "math", "prompt": "x"}]))
+    with pytest.raises(DatasetError, match=r"d\.json:1: a row must be a JSON object \(a \.json "
+                       r"file is read as JSON Lines: one object per line\)"):  # fmt: skip
+        load_items(p)
+
+
+def test_difficulty_tiers_are_checked_where_the_curriculums_are_given(dataset_dir):
+    rows = [{"id": "a", "domain": "math", "prompt": "x", "difficulty": "hard"},
+            {"id": "b", "domain": "math", "prompt": "x", "difficulty": 0.0},
+            {"id": "c", "domain": "math", "prompt": "x", "difficulty": "Hard"}]  # fmt: skip
+    p = write_lines(dataset_dir / "d.jsonl", rows)
+    assert [i.difficulty for i in load_items(p)] == ["hard", 0.0, "Hard"]  # no tiers: any name
+    with pytest.raises(DatasetError) as e:
+        load_items(p, tiers=("very_hard", "hard", "medium"))
+    assert str(e.value) == (f"{p}:3: difficulty: unknown tier 'Hard': give a pass rate in "
+                            "[0, 1], or one of very_hard, hard, medium")  # fmt: skip
+
+
+def test_parquet_rows_come_back_as_written(dataset_dir):
+    """A struct column gives each row every field any row has, as nulls; a map column comes
+    as pairs; image bytes are no text; pandas may add its index as a column."""
+    answers = [{"action": "click", "point": [1, 2]}, {"action": "type", "text": "hi"}]
+    table = pa.table({
+        "id": ["a", "b"], "domain": ["gui", "gui"], "prompt": ["p", "q"], "answer": answers,
+        "images": [[png_bytes()], []],
+        "meta": pa.array([[("src", "x")], []], pa.map_(pa.string(), pa.string())),
+        "__index_level_0__": [3, 7],
+    })  # fmt: skip
+    pq.write_table(table, dataset_dir / "d.parquet")
+    items = load_items(dataset_dir / "d.parquet")
+    assert [i.answer for i in items] == answers
+    assert items[0].meta == {"src": "x"} and items[1].meta == {}
+    assert items[0].images[0].startswith("data:") and items[1].images == []
+    from rlcs.data import decode_image
+
+    assert decode_image(items[0].images[0], dataset_dir).size == (16, 12)
+
+
+def test_a_file_that_is_not_parquet_is_a_dataset_error(dataset_dir):
+    (dataset_dir / "d.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DatasetError, match=r"d\.parquet: not a readable Parquet file"):
+        load_items(dataset_dir / "d.parquet")
