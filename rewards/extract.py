@@ -23,6 +23,7 @@ _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE, BOX_OPEN, BOX_CLOSE
 _MAX_HOPS = 4096
 _SHORT = 4096
 _SPACE = re.compile(r"\s*")
+_BOXED = "\\boxed"
 
 
 class FormatError(ValueError):
@@ -102,7 +103,7 @@ def _glm_hop(text: str) -> str:
     start, end = at + len(ANSWER_OPEN), len(text) - len(ANSWER_CLOSE)
     if len(marks[ANSWER_OPEN]) != 1 or len(marks[ANSWER_CLOSE]) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
-    if text.find("\\", start, end) >= 0 and text.find("\\boxed{", start, end) >= 0:
+    if text.find("\\", start, end) >= 0 and _has_boxed(text, start, end):
         raise FormatError("\\boxed{ inside <answer>; use the box markers")
     opens = _inside(marks[BOX_OPEN], BOX_OPEN, start, end)
     closes = _inside(marks[BOX_CLOSE], BOX_CLOSE, start, end)
@@ -114,6 +115,18 @@ def _glm_hop(text: str) -> str:
     if box_end < box_start:
         raise FormatError("<|end_of_box|> before <|begin_of_box|>")
     return text[box_start:box_end].strip()
+
+
+def _has_boxed(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` holds ``\\boxed{``, spaces before the brace allowed (TeX
+    ignores them: ``\\boxed {1}`` is a box too). Linear: each search starts past the last."""
+    at = text.find(_BOXED, start, end)
+    while at >= 0:
+        brace = _SPACE.match(text, at + len(_BOXED), end).end()
+        if brace < end and text[brace] == "{":
+            return True
+        at = text.find(_BOXED, brace, end)
+    return False
 
 
 def _glm_scan(text: str) -> str:
@@ -133,7 +146,7 @@ def _glm_scan(text: str) -> str:
     body = rest[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)]
     if text.count(ANSWER_OPEN) != 1 or text.count(ANSWER_CLOSE) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
-    if "\\boxed{" in body:
+    if _has_boxed(body, 0, len(body)):
         raise FormatError("\\boxed{ inside <answer>; use the box markers")
     opens, closes = body.count(BOX_OPEN), body.count(BOX_CLOSE)
     if opens == 0 and closes == 0:

@@ -22,6 +22,7 @@ may depend on load, so those are always recomputed.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
@@ -29,7 +30,7 @@ from typing import Any
 
 from rewards import registry
 from rewards.base import ScoreResult
-from rewards.extract import FormatError, cheap_to_gate, extract
+from rewards.extract import FORMATS, FormatError, cheap_to_gate, extract
 from rewards.pool import Outcome, WorkerPool, run_one
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -101,6 +102,51 @@ def answer_problem(domain: str, answer: Any, max_chars: int = 65_536) -> str | N
     return _truth_problem(answer, max_chars) or verifier.check_answer(answer)
 
 
+#: the built-in options: (smallest, largest or None, whether the largest is excluded)
+_NUMBER_OPTIONS = {
+    "rel_tol": (0.0, None, False),
+    "iou_threshold": (0.0, 1.0, True),  # IoU > 1 never holds, IoU > -0.1 always
+    "point_radius": (0.0, None, False),
+}
+_BOOL_OPTIONS = ("partial_credit", "penalize_extra_boxes")
+
+
+def option_problem(options: Mapping[str, Any]) -> str | None:
+    """What is wrong with a built-in option's value (``iou_threshold=None``, ``rel_tol="x"``,
+    ``partial_credit="false"``, an unknown ``format``), or None. Such an item is a ``request``
+    error: a verifier would raise on it, or worse, read ``"false"`` as true."""
+    fmt = options.get("format", "glm")
+    if fmt not in FORMATS:
+        return f"option 'format' must be one of {', '.join(FORMATS)}, got {_short(fmt)}"
+    for name, (low, high, high_open) in _NUMBER_OPTIONS.items():
+        if name not in options:
+            continue
+        value = options[name]
+        number = _as_number(value)
+        if (
+            number is None
+            or number < low
+            or (high is not None and (number >= high if high_open else number > high))
+        ):
+            above = f"from {low:g} to below {high:g}" if high_open else f"of at least {low:g}"
+            return f"option {name!r} must be a number {above}, got {_short(value)}"
+    for name in _BOOL_OPTIONS:
+        if name in options and not isinstance(options[name], bool):
+            return f"option {name!r} must be true or false, got {_short(options[name])}"
+    return None
+
+
+def _as_number(value: Any) -> float | None:
+    """A finite number, or a string of one (as ``float`` reads it); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -144,6 +190,9 @@ class RewardScorer:
         self.max_answer_chars = max_answer_chars
         self.gate_in_caller_max = gate_in_caller_max
         self.defaults = {"format": "glm", **(defaults or {})}
+        problem = option_problem(self.defaults)
+        if problem:
+            raise ValueError(f"RewardScorer defaults: {problem}")
         self.pool = WorkerPool(workers, memory_limit_mb=memory_limit_mb)
         self._cache: OrderedDict[Hashable, Outcome] = OrderedDict()
         self._cache_size = cache_size
@@ -195,7 +244,6 @@ class RewardScorer:
                 detail = f"bad item ({type(e).__name__}: {e}); expected domain, response, answer, options"
                 self._set(plan, i, ScoreResult(0.0, False, None, "request", detail[:200]))
                 continue
-            fmt = opts.pop("format")
             try:
                 path = registry.path_for(domain)
                 verifier = registry.load(path)
@@ -203,6 +251,11 @@ class RewardScorer:
                 detail = f"unknown domain {_short(domain)}; known: {', '.join(registry.domains())}"
                 self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
                 continue
+            problem = option_problem(opts)
+            if problem:
+                self._set(plan, i, ScoreResult(0.0, False, None, "request", problem, domain))
+                continue
+            fmt = opts.pop("format")
             if answer is None and verifier.needs_answer:
                 problem = "no ground truth (answer is null)"
             else:

@@ -16,13 +16,14 @@ from typing import Any
 
 from rewards.base import Verdict, Verifier
 from rewards.verifiers import math_parse as mp
-from rewards.verifiers.math import DEFAULT_REL_TOL, MathVerifier
+from rewards.verifiers.math import DEFAULT_REL_TOL, MathVerifier, truth_type_problem
 from rewards.verifiers.vqa import normalize_text
 
 _CURRENCY = re.compile(r"^(?:\\?\$|€|£|¥)\s*")
 _NUMERIC = re.compile(r"\d|\\(?:frac|sqrt|pi)")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"\d")
 
 
 def _year(text: str) -> int | None:
@@ -31,6 +32,13 @@ def _year(text: str) -> int | None:
     if len(t) == 4 and t.isdigit() and 1000 <= int(t) <= 3000:
         return int(t)
     return None
+
+
+def _number_word(pred: str) -> str:
+    """``three`` as ``3``, as a text ground truth reads it: so that ``three`` matches the
+    truth ``3`` just as ``3`` matches the truth ``three``."""
+    words = normalize_text(pred)
+    return words if words.isascii() and words.isdigit() and not _DIGIT.search(pred) else pred
 
 
 def _clean(text: str) -> str:
@@ -52,13 +60,20 @@ class ChartVerifier(Verifier):
         self._math = MathVerifier()
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
-        return (_clean(extracted), _clean(str(answer)))
+        ok = truth_type_problem(answer) is None  # as for math: True is not "True"
+        return (_clean(extracted), _clean(str(answer)), ok)
+
+    def check_answer(self, answer: Any) -> str | None:
+        return truth_type_problem(answer)
 
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        problem = truth_type_problem(answer)
+        if problem:
+            return Verdict(0.0, "answer", problem)
         pred, gt = _clean(extracted), _clean(str(answer))
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
         if _year(pred) is not None or _year(gt) is not None or _is_math(gt):
-            return self._number(pred, gt, rel_tol)
+            return self._number(_number_word(pred), gt, rel_tol)
         pred_words, gt_words = normalize_text(pred).split(), normalize_text(gt).split()
         if len(pred_words) != len(gt_words):
             return Verdict(0.0)

@@ -43,7 +43,11 @@ KEY_ALIASES = {
     "del": "delete",
     "arrowup": "up",
     "arrowdown": "down",
+    "control": "ctrl",
+    "command": "cmd",
 }
+#: keys held down in a combo: their order does not matter (``shift+ctrl+t`` is ``ctrl+shift+t``)
+MODIFIERS = frozenset({"ctrl", "shift", "alt", "option", "cmd", "meta", "win", "super", "fn"})
 DEFAULT_IOU = 0.5
 DEFAULT_POINT_RADIUS = 14.0
 MAX_CHARS = 20_000
@@ -86,6 +90,18 @@ def _targets(action: Mapping[str, Any]) -> dict[str, tuple[str, tuple] | None]:
     return {a: _target(action, a) for a in ACTIONS[action["action"]] if a in _POSITIONAL}
 
 
+def _ground_truth(answer: Any) -> tuple[dict[str, Any], dict[str, tuple[str, tuple] | None]]:
+    """The ground truth action and its checked targets; ``ActionError`` or ``BoxError`` when
+    a target is malformed or a text, key, direction or app it gives is not text."""
+    gt = parse_action(answer)
+    wants = _targets(gt)
+    for arg in ACTIONS[gt["action"]]:
+        if arg not in _POSITIONAL and arg in gt and _argument(gt[arg]) is None:
+            got = "null" if gt[arg] is None else repr(gt[arg])[:60]
+            raise ActionError(f"{arg!r} must be text, got {got}")
+    return gt, wants
+
+
 _POSITIONAL = ("target", "start", "end")
 
 
@@ -106,8 +122,20 @@ def _norm_text(v: Any) -> str:
 
 
 def _norm_key(v: Any) -> str:
+    """The modifiers in a fixed order, then the other keys as written: ``c+ctrl`` is
+    ``ctrl+c``, while ``ctrl+c`` is neither ``ctrl+v`` nor ``c``."""
     k = "".join(str(v).lower().split())
-    return "+".join(KEY_ALIASES.get(p, p) for p in k.split("+"))
+    keys = [KEY_ALIASES.get(p, p) for p in k.split("+")]
+    held = sorted({p for p in keys if p in MODIFIERS})
+    return "+".join(held + [p for p in keys if p not in MODIFIERS])
+
+
+def _argument(v: Any) -> Any:
+    """A text, key, direction or app argument as text; None when it is none (null, a list,
+    an object, a boolean): ``str`` would make null the text ``None``."""
+    if isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return v
+    return None
 
 
 _NORMALIZERS = {"text": _norm_text, "key": _norm_key, "direction": lambda v: str(v).strip().lower(),
@@ -122,15 +150,14 @@ class GUIVerifier(Verifier):
 
     def check_answer(self, answer: Any) -> str | None:
         try:
-            _targets(parse_action(answer))
+            _ground_truth(answer)
         except (ActionError, BoxError) as e:
             return f"ground truth: {e}"
         return None
 
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         try:
-            gt = parse_action(answer)
-            wants = _targets(gt)  # a malformed target box is the ground truth's fault
+            gt, wants = _ground_truth(answer)  # a malformed target is the ground truth's fault
         except (ActionError, BoxError) as e:
             return Verdict(0.0, "answer", f"ground truth: {e}")
         try:
@@ -150,7 +177,8 @@ class GUIVerifier(Verifier):
                     ok = got is not None and _position_ok(got, want, options)
                 elif arg in gt:
                     norm = _NORMALIZERS[arg]
-                    ok = arg in pred and norm(pred[arg]) == norm(gt[arg])
+                    got = _argument(pred.get(arg))
+                    ok = got is not None and norm(got) == norm(gt[arg])
                 else:
                     continue
             except BoxError as e:

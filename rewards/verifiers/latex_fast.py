@@ -15,7 +15,12 @@ import re
 
 import sympy
 
-_TOKEN = re.compile(r"\s*(\\[A-Za-z]+|\\[{}|]|\d+(?:\.\d*)?|\.\d+|[A-Za-z]|[-+*/^_=(){}\[\],!|])")
+#: e-notation in a larger answer (``2e3 \\cdot 2``, ``1.5e-3+1``) as the plain-number path
+#: reads it, when an operator, a closing bracket or the end follows; ``3e-2x`` stays 3e - 2x
+_E_NOTATION = r"(?:[eE][+-]?\d+(?=\s*(?:$|[-+*/)\]},=]|\\(?:cdot|times|div)(?![A-Za-z]))))?"
+_TOKEN = re.compile(
+    rf"\s*(\\[A-Za-z]+|\\[{{}}|]|(?:\d+(?:\.\d*)?|\.\d+){_E_NOTATION}|[A-Za-z]|[-+*/^_=(){{}}\[\],!|])"
+)
 _FUNCS = {"\\sin": sympy.sin, "\\cos": sympy.cos, "\\tan": sympy.tan, "\\ln": sympy.log,
           "\\log": sympy.log, "\\exp": sympy.exp, "\\arcsin": sympy.asin, "\\arccos": sympy.acos,
           "\\arctan": sympy.atan}  # fmt: skip
@@ -23,6 +28,9 @@ _CONSTS = {"\\pi": sympy.pi, "\\infty": sympy.oo, "e": sympy.E}
 _MUL = {"*", "\\cdot", "\\times"}
 _ATOM_START = {"(", "{", "\\frac", "\\sqrt", "\\pi", "\\infty", "\\left"} | set(_FUNCS)
 _SMALL_EXP = 1000
+#: how many digits the e-notation numbers of one expression may add up to (1e9999 alone is
+#: fine, as it is for a plain number; each of a product's factors multiplies the cost)
+_E_DIGITS = 10_000
 _SMALL_FACT = 20  # larger factorials stay symbolic, as in latex2sympy
 
 
@@ -50,6 +58,7 @@ def _tokens(s: str) -> list[str]:
 class _Parser:
     def __init__(self, tokens: list[str]) -> None:
         self.t, self.i = tokens, 0
+        self.e_digits = _E_DIGITS
 
     def peek(self) -> str | None:
         return self.t[self.i] if self.i < len(self.t) else None
@@ -86,10 +95,15 @@ class _Parser:
             elif tok in ("/", "\\div"):
                 self.take()
                 value = value / self.unary()
-            elif tok is not None and (tok in _ATOM_START or tok[0].isalnum() or tok in _CONSTS):
+            elif self._continues_product():
                 value = value * self.power()
             else:
                 return value
+
+    def _continues_product(self) -> bool:
+        """Whether the next token starts a factor of an implicit product (``2x``, ``x\\pi``)."""
+        tok = self.peek()
+        return tok is not None and (tok in _ATOM_START or tok[0].isalnum() or tok in _CONSTS)
 
     def unary(self) -> sympy.Expr:
         if self.peek() in ("-", "+"):
@@ -146,6 +160,10 @@ class _Parser:
     def atom(self) -> sympy.Expr:
         tok = self.take()
         if tok[0].isdigit() or tok[0] == ".":
+            if "e" in tok or "E" in tok:
+                self.e_digits -= abs(int(tok.replace("E", "e").partition("e")[2]))
+                if self.e_digits < 0:  # a product of many 9e9999 takes seconds
+                    raise TooLarge("numbers in e-notation too large to evaluate")
             return sympy.Rational(tok)
         if tok == "(" or tok == "\\left":
             if tok == "\\left":
@@ -169,7 +187,12 @@ class _Parser:
                 return sympy.root(self.group(), n)
             return sympy.sqrt(self.group())
         if tok in _FUNCS:
-            arg = self.group() if self.peek() == "{" else self.power()
+            if self.peek() == "(":  # \sin(x)^2 is sin(x)^2, the power applied to the value
+                return _FUNCS[tok](self.atom())
+            arg = self.power()  # \sin x^2 and \sin{x}^2 are sin(x^2)
+            # \sin 2x is sin(2x) and \sin x \cos x is sin(x)cos(x): the grammar decides
+            if self._continues_product() and self.peek() not in _FUNCS:
+                raise Unsupported("function argument without parentheses")
             return _FUNCS[tok](arg)
         if tok in _CONSTS:
             return _CONSTS[tok]

@@ -150,10 +150,17 @@ def _match_unordered(xs: list, ys: list, rel_tol: float) -> bool:
     return True
 
 
-def _as_set(x: sympy.Basic) -> sympy.Basic:
-    """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities."""
-    inequality = isinstance(x, sympy.core.relational.Relational) and not isinstance(
+def _is_inequality(x: sympy.Basic) -> bool:
+    return isinstance(x, sympy.core.relational.Relational) and not isinstance(
         x, (sympy.Eq, sympy.Ne)
+    )
+
+
+def _as_set(x: sympy.Basic) -> sympy.Basic:
+    """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities, and a chained
+    ``-3 \\leq x < 3`` (read as both inequalities) as ``[-3, 3)``."""
+    inequality = _is_inequality(x) or (
+        isinstance(x, sympy.And) and all(_is_inequality(arg) for arg in x.args)
     )
     if inequality and len(x.free_symbols) == 1:
         try:
@@ -185,6 +192,8 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
         return True
     a, b = _as_set(a), _as_set(b)
     a, b = _as_point(a, b), _as_point(b, a)
+    if a == b:  # 3 < x < 1 is the empty set
+        return True
     if isinstance(a, sympy.Eq) and not isinstance(b, sympy.Eq) and a.lhs.is_Symbol:
         a = a.rhs
     if isinstance(b, sympy.Eq) and not isinstance(a, sympy.Eq) and b.lhs.is_Symbol:
@@ -215,14 +224,34 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     return False
 
 
+def truth_type_problem(answer: Any) -> str | None:
+    """Why ``answer`` is not a math ground truth (a string or a number), or None. ``str`` of
+    an object, a list or a boolean (``{'ans': '5'}``, ``True``) is no answer a model could
+    write: every response would score a silent 0 (or 1 for the text ``True``)."""
+    if isinstance(answer, str) or (
+        isinstance(answer, (int, float)) and not isinstance(answer, bool)
+    ):
+        return None
+    kind = "a boolean" if isinstance(answer, bool) else f"a {type(answer).__name__}"
+    return f"ground truth: a string or a number is expected, got {kind}"
+
+
 class MathVerifier(Verifier):
     name = "math"
     cacheable = True
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
-        return (mp.normalize(extracted), mp.normalize(str(answer)))
+        # the flag keeps a refused truth apart from the string it prints as (True, "True")
+        ok = truth_type_problem(answer) is None
+        return (mp.normalize(extracted), mp.normalize(str(answer)), ok)
+
+    def check_answer(self, answer: Any) -> str | None:
+        return truth_type_problem(answer)
 
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        problem = truth_type_problem(answer)
+        if problem:
+            return Verdict(0.0, "answer", problem)
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
         return self.compare(mp.normalize(extracted), mp.normalize(str(answer)), rel_tol)
 

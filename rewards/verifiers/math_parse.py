@@ -36,10 +36,13 @@ _DROP = (
     "\\(", "\\)", "\\[", "\\]", "\\$", "$", "^{\\circ}", "^\\circ", "°", "\\circ",
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
-_RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "))
+_RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
+           ("\\varnothing", "\\emptyset"), ("∅", "\\emptyset"))  # fmt: skip
 _UNIT_TAIL = re.compile(
     r"\s*\\(?:text|mbox|mathrm|textrm)\{\s*[A-Za-z][A-Za-z .]*\}(?:\^\{?\d\}?)?$"
 )
+#: text before a trailing ``\\text{...}``: then that is a word of the answer, not its unit
+_TEXT_BEFORE = re.compile(r"\\(?:text|mbox|mathrm|textrm)\{")
 #: the unit is looked for in the answer's last characters only: a search over the whole text
 #: backtracks quadratically on a long answer with an unclosed ``\text{``
 _UNIT_TAIL_WINDOW = 256
@@ -93,7 +96,9 @@ def normalize(text: str) -> str:
     window = s[-_UNIT_TAIL_WINDOW:]
     tail = _UNIT_TAIL.search(window)
     if tail and len(s) - len(window) + tail.start() > 0:
-        s = s[: len(s) - len(window) + tail.start()].strip()
+        head = s[: len(s) - len(window) + tail.start()].strip()
+        if not _TEXT_BEFORE.search(head):  # \text{A} \text{B} keeps its B
+            s = head
     s = _IN_SET.sub("", s)
     return " ".join(s.split())
 

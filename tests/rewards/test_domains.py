@@ -33,6 +33,10 @@ from rewards.verifiers.vqa import VQAVerifier
         ("2019.0", "2019", 1.0),  # a year matches its exact value, however written
         ("2,500", "2500.0", 1.0),
         ("2e3", "2000", 1.0),
+        ("three", "3", 1.0),  # as "3" matches the truth "three"
+        ("The three.", "3.0", 1.0),
+        ("four", "3", 0.0),
+        ("3", "three", 1.0),
     ],
 )
 def test_chart(pred, gt, reward):
@@ -71,6 +75,11 @@ def test_chart_text_with_numbers_is_matched_word_for_word(pred, gt, reward):
         ("", "abc", 0.0),
         ("abcd", "ab", 0.5),
         ("Hello", "hello", 0.8),
+        ("e\u0301te\u0301", "\u00e9t\u00e9", 1.0),  # NFC: e + accent is the one character é
+        ("cafe\u0301", "cafe", 0.75),
+        ("a\u200bb\u200dc\ufeff", "abc", 1.0),  # zero-width characters are not text
+        ("soft\u00adware", "software", 1.0),
+        ("x\u00b2", "x2", 0.5),  # not NFKC: a superscript is another character
     ],
 )
 def test_ocr(pred, gt, reward):
@@ -153,6 +162,21 @@ CLICK_GT = {"action": "click", "box": [480, 280, 560, 330]}
         ({"action": "type", "text": "Hello world"}, {"action": "type", "text": "hello world"}, 0.0),
         ({"action": "key", "key": "Return"}, {"action": "key", "key": "enter"}, 1.0),
         ({"action": "key", "key": "tab"}, {"action": "key", "key": "enter"}, 0.0),
+        # modifiers in any order; the main key and the set of modifiers must match
+        ({"action": "key", "key": "c+ctrl"}, {"action": "key", "key": "ctrl+c"}, 1.0),
+        (
+            {"action": "key", "key": "Shift+Control+T"},
+            {"action": "key", "key": "ctrl+shift+t"},
+            1.0,
+        ),
+        ({"action": "key", "key": "ctrl+v"}, {"action": "key", "key": "ctrl+c"}, 0.0),
+        ({"action": "key", "key": "c"}, {"action": "key", "key": "ctrl+c"}, 0.0),
+        ({"action": "key", "key": "ctrl+shift+c"}, {"action": "key", "key": "ctrl+c"}, 0.0),
+        ({"action": "key", "key": "a+b"}, {"action": "key", "key": "b+a"}, 0.0),
+        # null is no text, not the text "None"
+        ({"action": "type", "text": None}, {"action": "type", "text": "None"}, 0.0),
+        ({"action": "type", "text": ["hi"]}, {"action": "type", "text": "['hi']"}, 0.0),
+        ({"action": "type", "text": 42}, {"action": "type", "text": "42"}, 1.0),
         ({"action": "scroll", "direction": "Down"}, {"action": "scroll", "direction": "down"}, 1.0),
         ({"action": "scroll", "direction": "up"}, {"action": "scroll", "direction": "down"}, 0.0),
         ({"action": "wait"}, {"action": "wait"}, 1.0),
@@ -196,6 +220,8 @@ def test_gui_bad_action_is_a_parse_error(pred):
         {"action": "click", "box": [1, 2, 3]},
         {"action": "click", "point": [500, 3000]},
         {"action": "drag", "start": [10, 10], "end_box": [50, 50, 20, 20]},
+        {"action": "type", "text": None},
+        {"action": "key", "key": ["ctrl", "c"]},
     ],
 )
 def test_gui_malformed_ground_truth_target_is_an_answer_error(gt):
@@ -266,3 +292,39 @@ def test_vqa_cache_keeps_apart_answers_that_normalise_alike_but_differ_in_length
     results = scorer.score_batch([("vqa", glm(padded), "yes"), ("vqa", glm("yes"), "yes")])
     assert [(r.reward, r.error) for r in results] == [(0.0, "parse"), (1.0, None)]
     assert scorer.score("vqa", glm("yes"), "yes").reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"iou_threshold": None}, "option 'iou_threshold' must be a number from 0 to below 1"),
+        ({"iou_threshold": "high"}, "option 'iou_threshold' must be a number"),
+        ({"iou_threshold": 1.0}, "option 'iou_threshold' must be a number"),  # nothing matches
+        ({"iou_threshold": -0.1}, "option 'iou_threshold' must be a number"),  # everything does
+        ({"rel_tol": "abc"}, "option 'rel_tol' must be a number of at least 0, got 'abc'"),
+        ({"rel_tol": float("nan")}, "option 'rel_tol' must be a number"),
+        ({"rel_tol": True}, "option 'rel_tol' must be a number"),
+        ({"point_radius": [1]}, "option 'point_radius' must be a number"),
+        ({"partial_credit": "false"}, "option 'partial_credit' must be true or false"),  # truthy
+        ({"penalize_extra_boxes": None}, "option 'penalize_extra_boxes' must be true or false"),
+        ({"format": "xml"}, "option 'format' must be one of glm, bare, boxed, got 'xml'"),
+    ],
+)
+def test_a_malformed_option_is_a_request_error_naming_it(scorer, options, problem):
+    """A malformed option used to reach the verifier, which raised (a 'verifier' error that
+    looks like a bug in the verifier), or read it wrongly ("false" is true); an unknown format
+    was a 'format' error, trained on as the model's fault."""
+    for domain, answer in (("grounding", [[0, 0, 10, 10]]), ("gui", CLICK_GT), ("math", "1")):
+        res = scorer.score(domain, "1", answer, **{"format": "bare", **options})
+        assert (res.reward, res.error, res.domain) == (0.0, "request", domain)
+        assert res.detail.startswith(problem), res.detail
+    ok = scorer.score("grounding", "[0,0,10,10]", [[0, 0, 10, 10]], format="bare",
+                      iou_threshold="0.4", penalize_extra_boxes=False)  # fmt: skip
+    assert (ok.reward, ok.error) == (1.0, None)
+
+
+def test_a_scorer_with_malformed_default_options_refuses_to_start():
+    from rewards import RewardScorer
+
+    with pytest.raises(ValueError, match="option 'rel_tol' must be a number"):
+        RewardScorer(1, defaults={"rel_tol": None})

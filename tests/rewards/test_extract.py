@@ -46,6 +46,9 @@ def test_glm_ignores_boxes_inside_thinking():
             "repeated <answer>",
         ),
         ("<think>x</think><answer>\\boxed{4} " + BOX.format("4") + "</answer>", "\\boxed{"),
+        # TeX ignores the space: \boxed {4} is the same box, and used to pass the gate
+        ("<think>x</think><answer>\\boxed {4} " + BOX.format("4") + "</answer>", "\\boxed{"),
+        ("<think>x</think><answer>\\boxed\n{4} " + BOX.format("4") + "</answer>", "\\boxed{"),
     ],
 )
 def test_glm_gate_names_the_problem(response, reason):
@@ -88,3 +91,13 @@ def test_answer_tags_inside_a_long_thinking_are_rejected_as_in_a_short_one():
         with pytest.raises(FormatError, match="repeated <answer>"):
             extract("<think>" + pad + "<answer>3</answer>" + tail)
         assert extract("<think>" + pad + tail) == "4"
+
+
+def test_boxed_with_a_space_before_its_brace_is_rejected_in_a_long_response_too():
+    for pad in ("", "x" * 10_000):  # short text is counted whole; long text by marker hops
+        answer = "<answer>\\boxed  {4} " + BOX.format("4") + "</answer>"
+        with pytest.raises(FormatError, match="boxed"):
+            extract("<think>" + pad + "</think>" + answer)
+        # a command that only starts like \boxed, or \boxed with no brace, is not one
+        answer = "<answer>\\boxedx{4} \\boxed " + BOX.format("4") + "</answer>"
+        assert extract("<think>" + pad + "</think>" + answer) == "4"

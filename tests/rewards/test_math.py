@@ -60,6 +60,14 @@ RIGHT = [
         "\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}",
         "\\begin{pmatrix}1 & 2\\\\ 3 & 4.0\\end{pmatrix}",
     ),
+    ("\\sin(x)^{2}+\\cos(x)^{2}", "1"),  # was read as sin(x^2) + cos(x^2)
+    ("\\sin 2x", "2\\sin x\\cos x"),
+    ("2e3 \\cdot 2", "4000"),  # e-notation inside an expression, not 2 * e * 3 * 2
+    ("1.5e-3+1", "1.0015"),
+    ("\\emptyset", "\\varnothing"),
+    ("\\varnothing", "\\{\\}"),
+    ("-3 \\leq x \\leq 3", "[-3,3]"),
+    ("-3 < x \\le 3", "(-3, 3]"),
 ]
 
 WRONG = [
@@ -84,6 +92,10 @@ WRONG = [
     ("x + \\sin(3\\pi x)", "x"),
     ("\\sqrt{x^2}", "x"),
     ("2019", "2018"),
+    ("\\sin(x)^{2}", "\\sin(x^{2})"),
+    ("3e-2x", "0.03x"),  # a letter follows: 3e - 2x
+    ("\\text{A} \\text{B}", "\\text{A}"),  # \\text{B} is a word, not a unit to strip
+    ("-3 < x \\leq 3", "[-3,3]"),
 ]
 
 
@@ -220,3 +232,30 @@ def test_a_choice_answer_naming_several_letters_is_wrong(pred, gt):
     """A hedge used to be scored by its first letter: "A or B" got full reward when A was right."""
     assert V.verify(pred, gt, {}).reward == 0.0
     assert V.verify("(" + gt.strip("()") + ") 42", gt, {}).reward == 1.0  # a letter, its content
+
+
+@pytest.mark.parametrize("truth", [{"ans": "5"}, True, False, ["5"]])
+def test_a_ground_truth_that_is_not_a_string_or_a_number_is_an_answer_error(scorer, truth):
+    """str() of an object or a boolean used to be compared: a silent 0 at every draw (and a 1
+    for the text "True"), and the dataset check let it through."""
+    from rewards import answer_problem
+
+    for domain in ("math", "chart"):
+        res = scorer.score(domain, glm(str(truth)), truth)
+        assert (res.reward, res.error) == (0.0, "answer")
+        assert res.detail.startswith("ground truth: a string or a number is expected")
+        assert answer_problem(domain, truth) == res.detail  # and datasets are checked at load
+    assert scorer.score("math", glm("True"), "True").reward == 1.0  # the text is fine
+    assert scorer.score("math", glm("5"), 5).reward == 1.0 and answer_problem("math", 5.0) is None
+
+
+def test_many_large_e_notation_numbers_are_refused_at_once():
+    """e-notation is now read as a number inside expressions: a product of many 9e9999 took
+    seconds of big-integer arithmetic before scoring 0."""
+    import time
+
+    start = time.monotonic()
+    res = V.verify(" \\cdot ".join(["9e9999"] * 100), "5", {})
+    assert (res.reward, res.error) == (0.0, "parse") and "too large" in res.detail
+    assert time.monotonic() - start < 0.5
+    assert V.verify("1e9999 \\cdot 2", "2 \\cdot 10^{9999}", {}).reward == 1.0

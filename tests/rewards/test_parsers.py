@@ -33,6 +33,12 @@ SAME_MEANING = [
     "\\frac{a}{b}c",
     "3\\cdot 4 - 2/5",
     "-(x-1)^{3}",
+    "\\sin(x)^{2}+\\cos(x)^{2}",  # the power of the value, not of the argument
+    "\\sin(2x)^{3}y",
+    "\\sin{x}^2",  # renders as sin x², as \sin x^2 does
+    "\\sin x^2",
+    "\\sin x \\cos x",
+    "\\sin(x)!",
 ]
 
 
@@ -42,7 +48,8 @@ def test_fast_parser_means_what_latex2sympy_means(text):
 
 
 @pytest.mark.parametrize(
-    "text", ["\\log_2 8", "f(x)", "\\begin{pmatrix}1\\end{pmatrix}", "x \\le 3"]
+    "text",
+    ["\\log_2 8", "f(x)", "\\begin{pmatrix}1\\end{pmatrix}", "x \\le 3", "\\sin 2x", "\\sin x y"],
 )
 def test_fast_parser_hands_unknown_syntax_to_the_full_grammar(text):
     with pytest.raises(latex_fast.Unsupported):
@@ -67,7 +74,8 @@ def test_any_math_text_gets_a_verdict_in_range(pred, gt):
 
 
 TAGS = st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "<|begin_of_box|>",
-                        "<|end_of_box|>", "\\boxed{", "}", "{", " ", "\n", "42", "x"])  # fmt: skip
+                        "<|end_of_box|>", "\\boxed{", "\\boxed", "}", "{", " ", "\n", "42",
+                        "x"])  # fmt: skip
 
 
 @settings(max_examples=500, deadline=None)
