@@ -31,7 +31,7 @@ from actors.learner_model import (
 )
 from actors.network import free_port, join_process_group, node_ip
 from rlcs.config import Config
-from rlcs.grpo import ppo_clip_terms, token_entropy, token_logprobs
+from rlcs.grpo import ppo_clip_terms, tempered_logits, token_entropy, token_logprobs
 from rlcs.packing import Document, collate, tree_attention_mask
 
 
@@ -204,7 +204,7 @@ class Learner:
             b, order = self._collate(docs, rows)
             logits = self._logits(model, b)
             targets = b["targets"].to(self.engine.device)
-            series = {key: token_logprobs(logits / temp if temp != 1.0 else logits, targets)}
+            series = {key: token_logprobs(tempered_logits(logits, temp), targets)}
             if temp != 1.0 and raw_key:
                 series[raw_key] = token_logprobs(logits, targets)
             sel = b["doc_offset"] >= 0
@@ -264,6 +264,8 @@ class Learner:
         vision tower must run), for a pass a rank must run without work."""
         zeros = [0.0, 0.0]
         extras = {"advantages": zeros, "rollout_logprobs": zeros} if objective == "policy" else {}
+        if extras and self.ref_model is not None:  # the KL term reads them, at weight 0 here
+            extras["ref_logprobs"] = zeros
         return self._collate([Document([self.pad_id] * 2, zeros, extras=extras)], [[0]])[0]
 
     def _micro_loss(
@@ -279,8 +281,7 @@ class Learner:
             return (weights * -token_logprobs(logits, targets)).sum(), info
         temp = self._policy_temperature()
         raw_logits = logits
-        if temp != 1.0:
-            logits = logits / temp
+        logits = tempered_logits(logits, temp)
         lp = token_logprobs(logits, targets)
         ent = token_entropy(logits) if grpo.entropy_coef > 0 else None
         old = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()

@@ -34,6 +34,10 @@ def group_advantages(
     r = torch.as_tensor(rewards, dtype=torch.float64)
     if r.ndim != 1 or len(groups) != r.numel():
         raise ValueError(f"{r.numel()} rewards but {len(groups)} group labels")
+    bad = torch.nonzero(~torch.isfinite(r)).view(-1).tolist()
+    if bad:  # it would make its whole group's advantages, the loss and the weights NaN
+        i = bad[0]
+        raise ValueError(f"reward {r[i].item()} of rollout {i} (group {groups[i]!r}) is not finite")
     index: dict[Hashable, int] = {}
     gid = torch.tensor([index.setdefault(g, len(index)) for g in groups], dtype=torch.long)
     n = len(index)
@@ -75,6 +79,10 @@ def token_weights(
     return [1.0 / max(t, 1) for _ in lengths]
 
 
+#: the largest log-ratio ``exp`` sees (ratio ~4.9e8); float32 ``exp`` overflows past ~88.7
+MAX_LOG_RATIO = 20.0
+
+
 @dataclass
 class PolicyLossTerms:
     """Per-token terms of the objective; the scalar loss is ``(weights * loss).sum()``."""
@@ -101,8 +109,14 @@ def ppo_clip_terms(
     Optional terms: ``kl_coef * KL`` with the k3 estimator against ``ref_logprobs`` (always
     >= 0, unbiased), and ``-entropy_coef * entropy``. All tensors share one shape; the
     advantage is broadcast per token by the caller.
+
+    The log-ratios are capped at ``MAX_LOG_RATIO`` before ``exp`` (as in verl): past about 88
+    float32 overflows to inf, which the caller's ``weights * loss`` turns into NaN at a weight-0
+    position (``0 * inf``: a prompt token, the blank-image row's KL), as does the backward pass
+    of a clipped token. A capped token has no gradient, and ``clipped`` counts it.
     """
-    ratio = torch.exp(logprobs - old_logprobs)
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
     unclipped = ratio * advantages
     clipped_ratio = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     surrogate = torch.minimum(unclipped, clipped_ratio * advantages)
@@ -111,14 +125,15 @@ def ppo_clip_terms(
     if kl_coef > 0.0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
-        log_r = ref_logprobs - logprobs
+        log_r = (ref_logprobs - logprobs).clamp(max=MAX_LOG_RATIO)
         kl = torch.exp(log_r) - log_r - 1.0
         loss = loss + kl_coef * kl
     if entropy_coef > 0.0:
         if entropy is None:
             raise ValueError("entropy_coef > 0 needs the per-token entropy")
         loss = loss - entropy_coef * entropy
-    return PolicyLossTerms(loss=loss, ratio=ratio, clipped=(surrogate != unclipped), kl=kl)
+    clipped = (surrogate != unclipped) | (log_ratio > MAX_LOG_RATIO)
+    return PolicyLossTerms(loss=loss, ratio=ratio, clipped=clipped, kl=kl)
 
 
 def aggregate(
@@ -135,6 +150,17 @@ def aggregate(
     if loss_agg == "token":
         return (token_loss * mask).sum() / mask.sum().clamp(min=1.0)
     raise ValueError(f"loss_agg must be 'sample' or 'token', got {loss_agg!r}")
+
+
+def tempered_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` in float32, as the rollout engines sample: in bf16 the quotient
+    is rounded once more, about 0.02 nats a token at T=0.7. A bf16 input is cast to a new
+    float32 tensor and divided in place, so no third copy of the logits is made."""
+    if temperature == 1.0:
+        return logits
+    if logits.dtype == torch.float32:
+        return logits / temperature
+    return logits.float().div_(temperature)
 
 
 def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

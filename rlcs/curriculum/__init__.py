@@ -16,12 +16,13 @@ from rlcs.curriculum.expansion import (
 )
 from rlcs.curriculum.items import curriculum_from_items
 from rlcs.curriculum.persistence import CURRICULUM_DIR, load_curriculum, save_curriculum
-from rlcs.curriculum.snapshot import SnapshotError, read_snapshot
+from rlcs.curriculum.snapshot import CorruptSnapshotError, SnapshotError, read_snapshot
 from rlcs.curriculum.store import STORE_NAME, read_store
 from rlcs.curriculum.tiers import UNSEEN, TierScheme, tier_weights
 
 __all__ = [
     "CURRICULUM_DIR",
+    "CorruptSnapshotError",
     "STORE_NAME",
     "UNSEEN",
     "Curriculum",

@@ -287,6 +287,7 @@ class Curriculum:
         np.subtract.at(self.leaning, self.category[idx[own]], 1)
         alpha = self.config.pass_rate_ema
         ema = np.where(first, rate, (1 - alpha) * self.ema[idx] + alpha * rate)
+        ema = np.where(sizes > 0, ema, self.ema[idx])  # an empty group is no evidence
         self.ema[idx] = ema.astype(np.float16)
         self.attempts[idx] += sizes.astype(np.uint32)
         self.successes[idx] += succ.astype(np.uint32)
@@ -295,11 +296,12 @@ class Curriculum:
         self.tier[idx] = t_new
         shape, size = self._shape, int(np.prod(self._shape))
         k_old, k_new = self._keys(t_old, d), self._keys(t_new, d)
-        seen_old = ~np.isnan(p_old)
+        # an item still without evidence (reported with an empty group) has no rate to count
+        seen_old, seen_new = ~np.isnan(p_old), ~np.isnan(p_new)
         self._sum_p -= np.bincount(k_old[seen_old], p_old[seen_old], size).reshape(shape)
-        self._sum_p += np.bincount(k_new, p_new, size).reshape(shape)
+        self._sum_p += np.bincount(k_new[seen_new], p_new[seen_new], size).reshape(shape)
         self.histogram -= np.bincount(self._bins(p_old[seen_old]), minlength=HIST_BINS)
-        self.histogram += np.bincount(self._bins(p_new), minlength=HIST_BINS)
+        self.histogram += np.bincount(self._bins(p_new[seen_new]), minlength=HIST_BINS)
         moved = k_old != k_new
         if moved.any():
             self.pools.move(idx[moved], k_old[moved], k_new[moved])
@@ -379,7 +381,9 @@ class Curriculum:
             subcategories.follow_rates(self)
         row = iteration_row(self, groups, valid_fraction)
         drawn = subcategories.store_rows(self)  # none when items name no subcategories
-        if self.store is not None:  # the per-tier rows are only built when someone keeps them
+        # the per-tier rows are only built when someone keeps them; a second close of the same
+        # iteration (nothing drawn since) must not replace its rows with empty ones
+        if self.store is not None and self._active:
             self.store.write_iteration(row, tier_rows(self), drawn)
         # this iteration's pass rate per tier (all domains), for the run's metrics
         rollouts, successes = acc["rollouts"].sum(axis=0), acc["successes"].sum(axis=0)

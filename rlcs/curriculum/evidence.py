@@ -29,7 +29,7 @@ def merged_pass_rate(
     only_off = (total == 0) & has_off
     p[only_off] = off[only_off]
     if fallback is not None:
-        none = total == 0
+        none = (total == 0) & ~has_off  # an offline grade is evidence even at prior weight 0
         p[none] = np.asarray(fallback, dtype=np.float64)[none]
     return p
 
@@ -37,6 +37,8 @@ def merged_pass_rate(
 def group_successes(rewards, threshold: float, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Successes (reward >= threshold) and size of each group; groups may differ in size."""
     if isinstance(rewards, np.ndarray) and rewards.ndim == 2:
+        if len(rewards) != m:  # one row would otherwise broadcast over every id
+            raise ValueError(f"{m} ids but {len(rewards)} reward groups")
         return (rewards >= threshold).sum(axis=1).astype(np.int64), np.full(
             len(rewards), rewards.shape[1], np.int64
         )

@@ -41,12 +41,12 @@ def select_balanced(
 ) -> np.ndarray:
     """Indices of the ``batch`` most balanced groups (correct and wrong counts closest).
 
-    Ties keep the sampling order, which is already random. With ``surplus="keep_valid"`` the
-    valid groups beyond the batch are kept as well.
+    Ties keep the sampling order, which is already random. A group without rollouts comes
+    last. With ``surplus="keep_valid"`` the valid groups beyond the batch are kept as well.
     """
     s = np.asarray(successes, dtype=np.float64)
     k = np.asarray(group_sizes, dtype=np.float64)
-    imbalance = np.abs(2.0 * s - k) / np.maximum(k, 1.0)
+    imbalance = np.where(k > 0, np.abs(2.0 * s - k) / np.maximum(k, 1.0), 2.0)
     order = np.argsort(imbalance, kind="stable")
     chosen = order[:batch]
     if surplus == "keep_valid":

@@ -15,13 +15,25 @@ import numpy as np
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import subcategories
 from rlcs.curriculum.core import Curriculum
-from rlcs.curriculum.snapshot import read_meta, read_snapshot, write_snapshot
+from rlcs.curriculum.snapshot import (
+    corrupt,
+    latest_snapshot,
+    read_meta,
+    read_snapshot_at,
+    write_snapshot,
+)
 from rlcs.curriculum.tiers import TierScheme
 
 CURRICULUM_DIR = "curriculum"
 _ITEM_ARRAYS = ("domain", "offline", "attempts", "successes", "ema", "last_seen")
 _ACC_ARRAYS = ("sampled", "taken", "groups", "rollouts", "successes")
 _ACC_ARRAYS += ("category_rollouts", "category_successes")
+#: what every snapshot holds, whatever version wrote it (besides meta.json)
+_REQUIRED = (*_ITEM_ARRAYS, "tier", "pool_flat", "pool_sizes", "sum_p", "observed")
+_REQUIRED += ("histogram", "domain_share", "reported")
+_META_KEYS = ("iteration", "num_items", "config", "domain_names", "expansion_ratio")
+_META_KEYS += ("expansion_ema", "rejected", "rejected_at_start", "active", "valid", "solved")
+_META_KEYS += ("rng",)
 
 
 def save_curriculum(cur: Curriculum, run_dir: str | Path) -> Path:
@@ -79,7 +91,9 @@ def config_changes(saved: CurriculumConfig, requested: CurriculumConfig) -> list
 
 def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     """Rebuild the sampler from the latest complete snapshot in ``RUN_DIR/curriculum/``."""
-    arrays, meta = read_snapshot(Path(run_dir) / CURRICULUM_DIR)
+    snap = latest_snapshot(Path(run_dir) / CURRICULUM_DIR)
+    arrays, meta = read_snapshot_at(snap)
+    _check(snap, arrays, meta)
     cur = Curriculum.__new__(Curriculum)
     cur.config = CurriculumConfig.model_validate(meta["config"])
     cur.scheme = TierScheme.from_config(cur.config)
@@ -119,3 +133,19 @@ def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     if attach:
         cur.attach(run_dir)
     return cur
+
+
+def _check(snap: Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Refuse a snapshot that is not whole before anything is built from it."""
+    missing = [k for k in _META_KEYS if k not in meta]
+    missing += [f"{k}.npy" for k in _REQUIRED if k not in arrays]
+    if missing:
+        raise corrupt(snap, f"missing {', '.join(missing)}")
+    n = int(meta["num_items"])
+    per_item = (*_ITEM_ARRAYS, "tier", "pool_flat", "category", "ids")
+    wrong = [f"{k}.npy" for k in per_item if k in arrays and len(arrays[k]) != n]
+    sizes = arrays["pool_sizes"]
+    if int(sizes.sum()) != n or sizes.min(initial=0) < 0:
+        wrong.append("pool_sizes.npy")
+    if wrong:
+        raise corrupt(snap, f"{', '.join(wrong)} do not match its {n} items")

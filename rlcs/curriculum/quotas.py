@@ -23,14 +23,19 @@ def split_quota(n: int, share: np.ndarray, capacity: np.ndarray) -> np.ndarray:
 
 
 def spread_over_tiers(n: int, weight: np.ndarray, capacity: np.ndarray, rng) -> np.ndarray:
-    """Draw per-tier counts for ``n`` items (multinomial by ``weight``) within ``capacity``."""
+    """Draw per-tier counts for ``n`` items (multinomial by ``weight``) within ``capacity``.
+
+    Tiers of weight 0 give items only once every tier of positive weight is used up, then in
+    proportion to what they hold, so that a batch is never short while items are left.
+    """
     counts = np.zeros(len(weight), np.int64)
     w = np.where(capacity > 0, weight.astype(np.float64), 0.0)
-    if w.sum() == 0:
-        w = (capacity > 0).astype(np.float64)
-    while n > 0 and w.sum() > 0:
-        draw = np.minimum(rng.multinomial(n, w / w.sum()), capacity - counts)
-        counts += draw
-        n -= int(draw.sum())
-        w = np.where(counts < capacity, w, 0.0)
+    for last_resort in (False, True):
+        if last_resort:
+            w = (capacity - counts).astype(np.float64)
+        while n > 0 and w.sum() > 0:
+            draw = np.minimum(rng.multinomial(n, w / w.sum()), capacity - counts)
+            counts += draw
+            n -= int(draw.sum())
+            w = np.where(counts < capacity, w, 0.0)
     return counts

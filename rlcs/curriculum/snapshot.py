@@ -26,6 +26,29 @@ class SnapshotError(RuntimeError):
     """No readable snapshot in a run directory."""
 
 
+class CorruptSnapshotError(RuntimeError):
+    """The latest snapshot exists but cannot be read back (a damaged or edited file).
+
+    Deliberately not a ``SnapshotError``: callers take that one to mean "nothing saved yet"
+    and start afresh, which would let the next saves prune the run's older snapshots.
+    """
+
+
+def corrupt(snap: Path, problem: str) -> CorruptSnapshotError:
+    """The error for a damaged snapshot: which one, what is wrong, and what to do about it."""
+    older = sorted(p.name for p in snap.parent.glob(f"{PREFIX}*") if p != snap)
+    hint = (
+        f"older snapshots: {', '.join(older)}; write one's name to {snap.parent / LATEST} to "
+        "resume from it"
+        if older
+        else "no older snapshot is kept"
+    )
+    return CorruptSnapshotError(
+        f"curriculum snapshot {snap} is damaged ({problem}); nothing was changed or removed; "
+        + hint
+    )
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -83,17 +106,39 @@ def latest_snapshot(folder: str | Path) -> Path:
     return candidates[-1]
 
 
+def _meta_of(snap: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((snap / "meta.json").read_text())
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise corrupt(snap, f"meta.json: {e}") from None
+    if not isinstance(meta, dict) or "iteration" not in meta:
+        raise corrupt(snap, "meta.json holds no iteration")
+    return meta
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """The latest snapshot's meta alone (iteration, config, ...), without its arrays."""
-    return json.loads((latest_snapshot(folder) / "meta.json").read_text())
+    return _meta_of(latest_snapshot(folder))
 
 
 def read_snapshot(
     folder: str | Path, mmap: bool = False
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Load the latest snapshot's arrays (memory-mapped, read-only, if ``mmap``) and meta."""
-    snap = latest_snapshot(folder)
-    meta = json.loads((snap / "meta.json").read_text())
+    return read_snapshot_at(latest_snapshot(folder), mmap)
+
+
+def read_snapshot_at(
+    snap: str | Path, mmap: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Load one snapshot folder; a file that cannot be read raises ``CorruptSnapshotError``."""
+    snap = Path(snap)
+    meta = _meta_of(snap)
     mode = "r" if mmap else None
-    arrays = {p.stem: np.load(p, mmap_mode=mode, allow_pickle=False) for p in snap.glob("*.npy")}
+    arrays = {}
+    for p in snap.glob("*.npy"):
+        try:
+            arrays[p.stem] = np.load(p, mmap_mode=mode, allow_pickle=False)
+        except (ValueError, EOFError) as e:  # truncated or overwritten
+            raise corrupt(snap, f"{p.name}: {e}") from None
     return arrays, meta

@@ -27,6 +27,12 @@ class TierScheme:
             names = DEFAULT_NAMES_5 if n == 5 else tuple(f"tier{i}" for i in range(n))
         self.names: tuple[str, ...] = (*names, UNSEEN)
         self.unseen = n
+        # A rate equal to a boundary belongs to the tier above it. Pass rates are stored as
+        # float16, which keeps 0.9 as 0.89990 and 0.1 as 0.09998 (9 or 1 of 10): the cut is the
+        # boundary's float16 value where that is lower, less a margin for merging in float64.
+        # The next float16 value down (0.09991 for 0.0999) keeps its lower tier.
+        as_stored = self.boundaries.astype(np.float16).astype(np.float64)
+        self._cuts = np.minimum(self.boundaries, as_stored) - 1e-9
         edges = np.concatenate([[0.0], self.boundaries, [1.0]])
         #: the pass rate an offline tier label stands for: the middle of its interval
         self.midpoints = (edges[:-1] + edges[1:]) / 2
@@ -43,7 +49,7 @@ class TierScheme:
     def tier_of(self, pass_rate: np.ndarray, seen: np.ndarray | None = None) -> np.ndarray:
         """Tier index of each pass rate (``unseen`` where ``seen`` is False or the rate is NaN)."""
         p = np.asarray(pass_rate, dtype=np.float64)
-        tiers = np.searchsorted(self.boundaries, p, side="right").astype(np.uint8)
+        tiers = np.searchsorted(self._cuts, p, side="right").astype(np.uint8)
         missing = np.isnan(p)
         if seen is not None:
             missing |= ~np.asarray(seen, dtype=bool)

@@ -251,3 +251,25 @@ def test_zero3_logprob_passes_line_up_across_ranks(
             continue
         assert whole[kind] > 0 and sum(shares) >= whole[kind]
         assert max(shares) < 0.6 * whole[kind]  # each rank holds about half
+
+
+def test_a_rank_without_documents_runs_its_kl_pass_at_weight_zero(ray_local, tiny_text_model):
+    """One group whose rollouts share their prompt is one document, so of two ranks one gets
+    nothing and runs a zero-weight filler micro-batch. With the KL term on, that filler needs
+    reference logprobs like any other (it used to fail with "kl_coef > 0 needs
+    ref_logprobs"); two ranks must equal one."""
+    grpo = {"kl_coef": 0.1, "share_prompts": True}
+    stats = {}
+    for name, ranks in (("one", 1), ("two", 2)):
+        group = LearnerGroup(
+            _config(tiny_text_model, ranks, 1, stage="rl", **grpo), tiny_text_model
+        )
+        try:
+            batch = rl_batch(group.tokenizer, seed=5, items="p")
+            stats[name] = [group.train_step("rl", batch) for _ in range(2)]
+        finally:
+            group.shutdown()
+    assert [min(s["rank_tokens"]) for s in stats["two"]] == [0.0, 0.0]  # one rank had nothing
+    for one, two in zip(stats["one"], stats["two"], strict=True):
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)

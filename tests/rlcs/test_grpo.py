@@ -55,6 +55,13 @@ def test_group_advantages_rejects_mismatched_labels():
         group_advantages([1, 0, 1], ["a", "b"])
 
 
+def test_group_advantages_refuse_a_reward_that_is_not_finite():
+    """A NaN reward made its whole group's advantages NaN, hence the loss and the update."""
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match=r"rollout 2 \(group 'b'\) is not finite"):
+            group_advantages([1, 0, bad, 1], list("aabb"))
+
+
 def test_clip_higher_is_asymmetric():
     # ratio e^0.5 = 1.6487 with A=+1 clips at 1 + 0.28; with A=-1 min(-1.6487, -1.28) = -1.6487
     # ratio e^-0.5 = 0.6065 with A=+1: min(0.6065, 0.8) = 0.6065; with A=-1: min(-0.6065, -0.8)=-0.8
@@ -73,6 +80,31 @@ def test_clipped_tokens_have_no_gradient():
     t.loss.sum().backward()
     # first token is clipped (ratio 1.65 > 1.28): zero gradient; second: d(-e^lp)/dlp = -e^0.1
     assert lp.grad.tolist() == pytest.approx([0.0, -math.exp(0.1)], abs=1e-6)
+
+
+def test_a_huge_log_ratio_gives_no_inf_or_nan():
+    """exp(100) is inf in float32: a weight-0 position (a prompt token, advantage 0) made the
+    weighted loss NaN, a clipped token (A > 0) a NaN gradient, and A < 0 an inf loss."""
+    lp = torch.tensor([0.0, 0.0, 0.0, -1.0], requires_grad=True)
+    old = torch.tensor([-100.0, -100.0, -100.0, -1.0])
+    adv = torch.tensor([0.0, 1.0, -1.0, 1.0])
+    weights = torch.tensor([0.0, 0.5, 0.5, 1.0])
+    t = ppo_clip_terms(lp, old, adv)
+    loss = (weights * t.loss).sum()
+    loss.backward()
+    cap = math.exp(20.0)
+    assert loss.item() == pytest.approx(0.5 * -1.28 + 0.5 * cap - 1.0, rel=1e-6)
+    assert lp.grad.tolist() == [0.0, 0.0, 0.0, -1.0]  # only the in-range token moves
+    assert t.clipped.tolist() == [True, True, True, False]
+    # the k3 term at a policy logprob far below the reference's
+    lp = torch.tensor([-100.0, -1.0], requires_grad=True)
+    t = ppo_clip_terms(
+        lp, lp.detach(), torch.zeros(2), ref_logprobs=torch.tensor([0.0, -1.0]), kl_coef=0.1
+    )
+    loss = (torch.tensor([0.0, 1.0]) * t.loss).sum()
+    loss.backward()
+    assert t.kl[0].item() == pytest.approx(cap - 21.0, rel=1e-6)
+    assert loss.item() == 0.0 and lp.grad.tolist() == [0.0, 0.0]
 
 
 def test_kl_k3_and_entropy_terms():
@@ -124,3 +156,22 @@ def test_token_logprobs_and_entropy():
     assert lp.tolist() == pytest.approx([math.log(0.25), 0.0])
     ent = token_entropy(logits)
     assert ent.tolist() == pytest.approx([1.5 * math.log(2), math.log(3)], abs=1e-6)
+
+
+def test_tempered_logits_are_divided_in_float32():
+    """The learner divides by the sampling temperature in float32, as the engines do; bf16
+    logits are cast first (a bf16 quotient is rounded once more)."""
+    from rlcs.grpo import tempered_logits
+
+    torch.manual_seed(0)
+    full = torch.randn(64, 50) * 3
+    half = full.to(torch.bfloat16)
+    out = tempered_logits(half, 0.7)
+    assert out.dtype == torch.float32 and half.dtype == torch.bfloat16
+    torch.testing.assert_close(out, half.float() / 0.7, rtol=0, atol=0)
+    assert not torch.equal((half / 0.7).float(), out)  # what dividing in bf16 gave
+    assert tempered_logits(full, 1.0) is full
+    x = full.clone().requires_grad_()
+    tempered_logits(x, 0.5).sum().backward()  # differentiable, and x itself left as it was
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    torch.testing.assert_close(x.detach(), full)
