@@ -67,7 +67,7 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         "--dashboard-port",
         type=port_or_off,
         default=8266,
-        help="serve the dashboard here (0: do not)",
+        help="serve the dashboard here (default 8266; 0: do not)",
     )
     p.add_argument(
         "--resume",
@@ -130,6 +130,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "data",
         nargs="*",
+        default=[],  # optional: argparse would otherwise name it as missing with the model
         help="JSONL or Parquet item files (e.g. runs/demo/data/heldout.jsonl); "
         "for a run directory, default its data.eval",
     )
@@ -238,14 +239,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    impl = _implementation(args.command)
-    if impl is None:
-        print(
-            f"rlcs {args.command}: not built yet in this version of rlcs; see the README's roadmap.",
-            file=sys.stderr,
-        )
-        return 3
-    return int(impl(args) or 0)
+    try:
+        impl = _implementation(args.command)
+        if impl is None:
+            print(
+                f"rlcs {args.command}: not built yet in this version of rlcs; see the README's "
+                "roadmap.",
+                file=sys.stderr,
+            )
+            return 3
+        return int(impl(args) or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C before the command's own handler (while it imports torch or Ray, checks the
+        # config or the model): one line and 130, not a traceback; the commands that can be
+        # continued say how in their own handlers
+        print(f"rlcs {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

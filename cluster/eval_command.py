@@ -53,13 +53,13 @@ def eval_files(
     from cluster.stage_data import load_rl_items
     from rlcs.data import check_output_file, write_jsonl
 
-    if out is not None:
-        if out.resolve() in {p.resolve() for p in inputs}:
-            raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
-        check_output_file(out, overwrite=overwrite)
+    if out is not None and out.resolve() in {p.resolve() for p in inputs}:
+        raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
     items = load_rl_items(list(inputs), cfg.reward.custom_domains)
     if not items:
         raise ValueError("no items to evaluate")
+    if out is not None:  # after the items: it makes --out's folder, which a refusal must not
+        check_output_file(out, overwrite=overwrite)
     connect_ray(cfg)  # once the inputs are known to be good
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,

@@ -188,12 +188,12 @@ def grade_files(
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
     check_sampling(cfg.rollout)
-    check_output_file(out, overwrite=overwrite)
     domains = register_domains(cfg.reward.custom_domains)
     loaded = [(p, check_ground_truths(p, load_items(p, domains))) for p in inputs]
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")
+    check_output_file(out, overwrite=overwrite)  # after the items: it makes --out's folder
     kept = GradeProgress(out, grade_settings(cfg, model_path, inputs, samples, len(items)))
     todo = [it for it in items if it.id not in kept.done]
     if len(todo) < len(items):
@@ -232,6 +232,8 @@ def main(args: argparse.Namespace) -> int:
 
     model = Path(args.model)
     if problem := model_dir_problem(model):
+        if (model / "config.yaml").is_file():  # a run directory, as `rlcs eval` takes
+            problem = f"a run directory, not a model; grade with its model, {model / 'hf'}"
         print(f"rlcs grade: {model}: {problem}", file=sys.stderr)
         return 2
     cpus = args.cpus or cfg.cluster.rollout_cpus_per_worker

@@ -90,12 +90,27 @@ def _fixed(key: str) -> bool:
     return any(key == f or key.startswith(f + ".") for f in FIXED)
 
 
+def _saved_config(run_dir: Path) -> dict[str, Any]:
+    """The run's saved ``config.yaml``: a mapping with a ``stage``, or a ``ResumeConflict``
+    saying what is wrong with it (an empty or damaged file would otherwise resume as if every
+    setting had changed)."""
+    path = run_dir / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ResumeConflict(f"--resume: cannot read {path}: {e}") from None
+    if not isinstance(saved, dict) or "stage" not in saved:
+        what = "empty" if saved is None else "not a config (no stage)"
+        raise ResumeConflict(
+            f"--resume: {path} is {what}; the run's settings are unknown, so it cannot be "
+            "resumed: restore the file, or start a new run (another run.name)"
+        )
+    return saved
+
+
 def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]:
     """(the saved config, the settings that differ from it)."""
-    try:
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ResumeConflict(f"--resume: cannot read {run_dir / 'config.yaml'}: {e}") from None
+    saved = _saved_config(run_dir)
     now = cfg.model_dump(mode="json")
     diff = changes(saved, now)
     diff = {k: v for k, v in diff.items() if not _added_later(k, *v)}
@@ -209,7 +224,7 @@ def as_resumed(cfg: Config, run_dir: Path) -> Config:
     meta = snapshot_meta(run_dir)
     if cfg.stage != "rl" or meta is None:
         return cfg
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    saved = _saved_config(run_dir)
     weights = (saved.get("data") or {}).get("domain_weights") or {}
     return cfg.model_copy(update={
         "curriculum": CurriculumConfig.model_validate(meta["config"]),

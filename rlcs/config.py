@@ -47,6 +47,15 @@ def _check_range(r: tuple[float, float]) -> tuple[float, float]:
 DifficultyRange = Annotated[tuple[float, float], AfterValidator(_check_range)]
 
 
+def _folder_name(name: str) -> str:
+    if name in (".", ".."):  # the root itself, or its parent, would be the run's directory
+        raise ValueError(f"{name!r} is no folder of its own under run.root; name the run")
+    return name
+
+
+RunName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$"), AfterValidator(_folder_name)]
+
+
 class ModelConfig(Section):
     path: str | None = Field(None, description="HF model directory to start from.")
     tiny: Literal["text", "vlm", "vlm_moe"] | None = Field(
@@ -137,7 +146,7 @@ class DataConfig(Section):
 
 
 class RunConfig(Section):
-    name: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
+    name: RunName = "run"
     root: str = "runs"
     iterations: int = Field(10, ge=1, description="RL iterations.")
     prompts_per_iteration: int = Field(32, ge=1)

@@ -38,6 +38,50 @@ def test_no_command_prints_help_and_fails(capsys):
     assert "COMMAND" in capsys.readouterr().out
 
 
+def test_ctrl_c_before_the_command_handles_it_is_one_line_and_130(monkeypatch, capsys):
+    """Ctrl-C while a command imports torch or Ray, or checks its config and model, took a
+    traceback and exit status 1."""
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    def run(*argv: str) -> int:
+        try:
+            return cli.main(list(argv))
+        except KeyboardInterrupt:  # raised on, it would stop pytest itself
+            pytest.fail("Ctrl-C left rlcs as a traceback")
+
+    monkeypatch.setattr(cli, "_implementation", interrupted)  # while it imports
+    assert run("train", "configs/tiny-text.yaml") == 130
+    assert capsys.readouterr().err == "rlcs train: interrupted\n"
+    monkeypatch.undo()
+    monkeypatch.setitem(cli.COMMANDS, "eval", ("json", "dumps", "x"))
+    monkeypatch.setattr("json.dumps", interrupted)  # while it runs, before its own handler
+    assert run("eval", "m", "a.jsonl") == 130
+    assert capsys.readouterr().err == "rlcs eval: interrupted\n"
+
+
+def test_eval_without_a_model_names_only_the_model_as_missing(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["eval"])
+    assert e.value.code == 2
+    # the item files are optional (a run directory has its data.eval)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "rlcs eval: error: the following arguments are required: model"
+    )
+
+
+def test_grade_given_a_run_directory_names_its_model(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("stage: sft\n")
+    argv = ["grade", str(tmp_path), "a.jsonl", "--out", str(tmp_path / "g.jsonl")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"rlcs grade: {tmp_path}: a run directory, not a model; grade with its model, "
+        f"{tmp_path / 'hf'}\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
 def test_unbuilt_command_says_so_and_fails(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "train", ("cluster.not_a_module_yet", "main", "x"))
     assert cli.main(["train", "configs/tiny-text.yaml"]) == 3
@@ -139,14 +183,19 @@ def test_servers_refuse_a_port_in_use_before_announcing_it(tmp_path, capsys):
 def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_text_model):
     """A mistake in the data, the model or an output path is reported in a second, not after
     Ray has started, and leaves no half-made run behind."""
+    import cluster.ray_connect
     import cluster.train
 
     def no_ray(cfg):
         raise AssertionError("Ray was started before the inputs were checked")
 
     monkeypatch.setattr(cluster.train, "connect_ray", no_ray)
+    monkeypatch.setattr(cluster.ray_connect, "connect_ray", no_ray)  # eval's and grade's
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    good = str(tmp_path / "good.jsonl")  # items that load: the --out checks come after them
+    (tmp_path / "good.jsonl").write_text('{"id": "q1", "domain": "math", "prompt": "1+1?", '
+                                         '"answer": "2"}\n')  # fmt: skip
     (tmp_path / "afile").write_text("")
     (tmp_path / "kept.jsonl").write_text("earlier answers\n")
     kept = str(tmp_path / "kept.jsonl")
@@ -162,12 +211,16 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_t
         ("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'afile'}"):
             "afile is a file",
         ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl")): "a row must be a JSON object",
-        ("eval", str(tiny_text_model), str(tmp_path / "empty.jsonl"), "--out", str(tmp_path)):
+        ("eval", str(tiny_text_model), good, "--out", str(tmp_path)):
             "is a directory; give a file name",
-        ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out", kept):
+        ("eval", str(tiny_text_model), good, "--out", kept):
             "kept.jsonl exists; give another file, or --overwrite to replace it",
-        ("grade", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out", kept):
+        ("grade", str(tiny_text_model), good, "--out", kept):
             "kept.jsonl exists; give another file, or --overwrite to replace it",
+        ("eval", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out",
+         str(tmp_path / "new" / "answers.jsonl")): "a row must be a JSON object",
+        ("grade", str(tiny_text_model), str(tmp_path / "list.jsonl"), "--out",
+         str(tmp_path / "new" / "graded.jsonl")): "a row must be a JSON object",
         ("grade", str(tiny_text_model), str(tmp_path / "nope.jsonl"), "--out", "g.jsonl"):
             "dataset file not found",
         ("grade", str(tiny_text_model), str(tmp_path), "--out", "g.jsonl"):
@@ -188,6 +241,7 @@ def test_bad_inputs_fail_before_ray_starts(tmp_path, monkeypatch, capsys, tiny_t
         assert message in capsys.readouterr().err, argv
     assert not list((tmp_path / "runs").rglob("config.yaml"))
     assert (tmp_path / "kept.jsonl").read_text() == "earlier answers\n"
+    assert not (tmp_path / "new").exists()  # refused inputs: --out's folder is not made
     assert not (tmp_path / "runs" / "badmodel").exists()  # the bad model.path wrote nothing
 
 

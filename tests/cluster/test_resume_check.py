@@ -248,3 +248,15 @@ def test_ctrl_c_ends_the_run_in_one_line_saying_how_to_go_on(tmp_path, monkeypat
     assert train_mod.where_to_resume(sft) == (
         f"its checkpoint of step 6 is intact in {run}: continue with --resume"
     )
+
+
+@pytest.mark.parametrize(("text", "what"), [("", "empty"), ("- a\n- b\n", "not a config")])
+def test_a_saved_config_that_is_empty_or_no_config_stops_the_resume(tmp_path, text, what):
+    """An empty or damaged config.yaml leaves the run's settings unknown: resuming would take
+    every setting as changed (or fail with a traceback), so it is refused, the files kept."""
+    cfg = saved(tmp_path, SFT)
+    (cfg.run_dir / "config.yaml").write_text(text)
+    with pytest.raises(ResumeConflict, match=f"config.yaml is {what}.*cannot be resumed"):
+        prepare_run_dir(cfg, resume=True)
+    assert (cfg.run_dir / "config.yaml").read_text() == text
+    assert (cfg.run_dir / "metrics.jsonl").read_text() == '{"step": 1, "stage": "sft"}\n'

@@ -188,3 +188,15 @@ def test_data_settings_that_would_draw_nothing_are_refused(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, ["model.tiny=text", override])
     assert load_config(None, ["model.tiny=text", "data.domain_weights={math: 0, ocr: 1}"])
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_run_name_of_dots_is_refused(name):
+    """run.name is a folder under run.root: "." would make the root itself the run directory
+    and ".." its parent."""
+    with pytest.raises(
+        ConfigError, match=r"--set: run\.name: .*no folder of its own under run\.root"
+    ):
+        load_config(None, ["model.tiny=text", f"run.name={name}"])
+    ok = load_config(None, ["model.tiny=text", "run.name=.hidden..run"])
+    assert ok.run.name == ".hidden..run"
