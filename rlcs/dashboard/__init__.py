@@ -13,8 +13,9 @@ from pathlib import Path
 #: What marks a directory as a run: `rlcs train` writes these first (config.yaml, metrics.jsonl)
 #: and the sampler its state (curriculum/).
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "curriculum")
-#: What a run writes before its config.yaml: its synthetic data and its tiny model.
-STARTING = {"data", "model"}
+#: What a run writes before its config.yaml: the lock its driver takes first
+#: (cluster.run_lock.LOCK_FILE), its synthetic data and its tiny model.
+STARTING = {"driver.lock", "data", "model"}
 #: What `rlcs demo` writes into its directory when it starts.
 DEMO_MARKER = "demo-run.json"
 

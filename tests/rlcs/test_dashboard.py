@@ -359,6 +359,14 @@ def test_a_folder_with_no_run_is_refused_and_one_about_to_start_is_served(tmp_pa
     (starting / "data").mkdir(parents=True)
     (starting / "data" / "rl_train.jsonl").write_text("")
     assert not_a_run(starting) is None
+    # its driver takes the directory's lock first (cluster.run_lock), as `rlcs demo` starts the
+    # dashboard on its RL stage
+    (starting / "driver.lock").write_text("")
+    assert not_a_run(starting) is None
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "driver.lock").write_text("")
+    assert not_a_run(locked) is None
     empty = tmp_path / "empty"
     empty.mkdir()
     assert not_a_run(empty) is None and resolve_run_dir(empty) == empty
@@ -366,3 +374,101 @@ def test_a_folder_with_no_run_is_refused_and_one_about_to_start_is_served(tmp_pa
     demo.mkdir()
     (demo / "demo-run.json").write_text("{}")
     assert not_a_run(demo) is None and resolve_run_dir(demo) == demo / "rl"
+
+
+@pytest.mark.slow
+def test_a_run_that_has_not_started_says_so_and_fills_in_without_a_reload(
+    browser, tmp_path, dashboard
+):
+    from rlcs.dashboard import not_a_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "driver.lock").write_text("")  # what a starting run writes first
+    assert not_a_run(run) is None
+    with dashboard.serve(run) as url:
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(f"{url}/?token={TOKEN}&refresh=1")
+        page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+        # a notice instead of empty axes, and the table says why it is empty
+        assert page.is_visible("#no-iterations")
+        assert f"No curriculum iteration in {run}/curriculum/ yet" in page.text_content(
+            "#no-iterations"
+        )
+        assert all(page.is_hidden(f"#{plot}") for plot in PLOTS)
+        assert page.text_content("#items-note") == "(no saved state yet)"
+        assert page.text_content("#item-count") == "0 match"
+        assert page.text_content("#live") == "waiting for the run"
+
+        # the sampler stores its first iteration, before it first saves its state
+        items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(50)]
+        cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+        cur.attach(run)
+        idx = cur.next_batch(8)
+        cur.report(cur.id_of(idx), np.arange(len(idx) * 4).reshape(-1, 4) % 2)
+        cur.end_iteration()
+        page.wait_for_function("document.body.dataset.iteration === '1'", timeout=20_000)
+        for plot in PLOTS:
+            page.wait_for_selector(f"#{plot} .main-svg", timeout=20_000)
+        assert page.is_hidden("#no-iterations")
+        # one iteration: ticks at whole iterations only, none at 0.5 or 1.5
+        ticks = page.locator("#plot-tiers .xtick text").all_text_contents()
+        assert "1" in ticks and all(t.lstrip("\u2212-").isdigit() for t in ticks), ticks
+        assert page.text_content("#items-note") == "(no saved state yet)"
+        cur.save(run)
+        page.wait_for_function(
+            "document.querySelector('#items-note').textContent === '(as saved at iteration 1)'",
+            timeout=20_000,
+        )
+        assert page.text_content("#item-count").startswith("50 match")
+
+        # the run directory is removed while it is served
+        cur.store.close()
+        shutil.rmtree(run)
+        page.wait_for_function("document.body.dataset.iteration === '0'", timeout=20_000)
+        page.wait_for_selector("#no-iterations", state="visible", timeout=20_000)
+        assert page.text_content("#no-iterations").startswith(f"{run} does not exist")
+        assert all(page.is_hidden(f"#{plot}") for plot in PLOTS)
+        assert page.text_content("#items-note") == "(no saved state yet)"
+        assert errors == []
+        page.close()
+
+
+def test_refresh_zero_does_not_poll_without_pause(server, browser):
+    page = browser.new_page()
+    polls = []
+    page.on("request", lambda r: polls.append(r.url) if "/api/summary" in r.url else None)
+    page.goto(f"{server}/?token={TOKEN}&refresh=0")
+    page.wait_for_function("document.body.dataset.iteration !== undefined", timeout=20_000)
+    page.wait_for_timeout(2_000)
+    assert 1 <= len(polls) <= 3  # at most one a second, not one after another
+    page.close()
+
+
+def test_series_of_a_long_run_adds_up_every_row(tmp_path):
+    """2,000 iterations of 4 domains, 6 tiers and 8 subcategories, summed per tier and domain.
+    (The per-iteration lists were once built again for every row read: 10 s and more a poll
+    at 10,000 iterations; the speed is not timed here.)"""
+    n, domains = 2_000, ["math", "ocr", "chart", "gui"]
+    tiers = ["very_hard", "hard", "medium", "easy", "very_easy", "unseen"]
+    iterations = [{"iteration": i, "expansion_ratio": 2.0, "expansion_ema": 2.0,
+                   "valid_fraction": 0.5, "pass_at_k": 0.75, "mean_pass_rate": 0.5,
+                   "histogram": [1] * 20} for i in range(1, n + 1)]  # fmt: skip
+    rows = [{"iteration": i, "domain": d, "tier": t, "population": 10, "sampled": 2,
+             "rollouts": 16, "successes": 4 + tiers.index(t)}
+            for i in range(1, n + 1) for d in domains for t in tiers]  # fmt: skip
+    subs = [{"iteration": i, "subcategory": f"{d}/{k}", "domain": d, "rollouts": 8,
+             "successes": 2 if k == "a" else 6, "rate": None if i % 2 else 0.5}
+            for i in range(1, n + 1) for d in domains for k in "ab"]  # fmt: skip
+    reader = RunReader(tmp_path)
+    reader.store = lambda: {"meta": {"tiers": tiers, "domains": domains},
+                            "iterations": iterations, "tiers": rows, "subcategories": subs}  # fmt: skip
+    series = reader.series()
+    assert series["population"]["easy"] == [40] * n
+    assert series["pass_rate"]["all"]["hard"] == [5 / 16] * n
+    assert series["pass_rate"]["ocr"]["very_easy"] == [8 / 16] * n
+    assert series["subcategories"]["gui/a"] == [0.25] * n
+    assert series["subcategory_rates"]["gui/b"] == [None] + [0.5] * (n - 1)

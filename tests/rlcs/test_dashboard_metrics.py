@@ -159,3 +159,32 @@ def test_training_plots_follow_the_runs_iterations(browser, tmp_path, dashboard)
         ]
         assert "filtered out" in page.evaluate(names, "plot-accounting")
         page.close()
+
+
+def test_a_long_run_is_drawn_without_a_marker_on_every_step(browser, tmp_path, dashboard):
+    """10,000 logged steps: a marker on each point of each trace, 75,000 SVG nodes, took seconds
+    to draw on every poll that brought a new step; the lines alone are drawn, while the
+    held-out evaluations, 200 of them, keep theirs."""
+    run = _curriculum_run(tmp_path, dashboard, iterations=10)
+    lines = [_iteration_line(s, (s % 100) / 100) for s in range(1, 10_001)]
+    lines += [_eval_line(s, 0.5) for s in range(50, 10_001, 50)]
+    (run / "metrics.jsonl").write_text("".join(lines))
+    with dashboard.serve(run) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/?token={dashboard.token}&refresh=1")
+        page.wait_for_function(
+            "document.getElementById('plot-reward')?.data?.[0]?.x.length === 10000",
+            timeout=60_000,
+        )
+        modes = "(id) => document.getElementById(id).data.map((t) => t.mode)"
+        assert set(page.evaluate(modes, "plot-reward")) == {"lines"}
+        assert set(page.evaluate(modes, "plot-accounting")) == {"lines"}
+        assert page.locator("#plot-reward .point, #plot-accounting .point").count() == 0
+        assert page.locator("#plot-heldout .point").count() == 3 * 200  # math, ocr and all
+        # and the next step is drawn on the next poll
+        with (run / "metrics.jsonl").open("a") as f:
+            f.write(_iteration_line(10_001, 0.5))
+        page.wait_for_function(
+            "document.getElementById('plot-reward').data[0].x.length === 10001", timeout=30_000
+        )
+        page.close()

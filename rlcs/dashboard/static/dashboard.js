@@ -3,7 +3,8 @@
 
 const params = new URLSearchParams(location.search);
 const token = params.get("token");
-const refreshSeconds = Number(params.get("refresh") || 5);
+// ?refresh=N seconds; 0 or a typo would otherwise poll the server without pause
+const refreshSeconds = Math.max(1, Number(params.get("refresh")) || 5);
 const TIER_COLORS = ["#b2182b", "#ef8a62", "#67a9cf", "#2166ac", "#1a9850", "#999999",
   "#762a83", "#e08214"];
 const layoutBase = { margin: { l: 48, r: 12, t: 26, b: 40 },
@@ -11,15 +12,29 @@ const layoutBase = { margin: { l: 48, r: 12, t: 26, b: 40 },
   xaxis: { title: { text: "iteration", standoff: 4 } } };
 const config = { displayModeBar: false, responsive: true };
 let lastIteration = null;
-let lastSnapshot = null;
+let lastSnapshot;  // not null: a run with no saved state yet says so in its table's note
 let lastMetrics = null;
+let lastExists = null;
 let series = null;
+// A marker on every point (a bar for every iteration) only while the points are few: a long
+// run's tens of thousands of SVG markers take seconds to draw, and a live page redraws on every
+// new step.
+const MARKERS_UP_TO = 500;
+
+function lineMode(x) { return x.length <= MARKERS_UP_TO ? "lines+markers" : "lines"; }
 
 async function api(path) {
   const headers = token ? { Authorization: "Bearer " + token } : {};
   const response = await fetch(path, { headers });
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
   return response.json();
+}
+
+// Iterations and steps are whole numbers: a run's first few get a tick each, none between them.
+function layoutFor(x, extra) {
+  const span = x.length ? x[x.length - 1] - x[0] : 0;
+  const xaxis = span < 8 ? Object.assign({ dtick: 1 }, layoutBase.xaxis) : layoutBase.xaxis;
+  return Object.assign({}, layoutBase, { xaxis }, extra);
 }
 
 function color(tiers, tier) { return TIER_COLORS[tiers.indexOf(tier) % TIER_COLORS.length]; }
@@ -33,40 +48,58 @@ function drawPassRate() {
   const domain = document.getElementById("passrate-domain").value || "all";
   const byTier = series.pass_rate[domain] || {};
   const traces = lines(series.iterations, byTier, series.tiers, { connectgaps: false });
-  Plotly.react("plot-passrate", traces, Object.assign({}, layoutBase,
+  Plotly.react("plot-passrate", traces, layoutFor(series.iterations,
     { yaxis: { range: [0, 1], title: { text: "pass rate" } } }), config);
 }
 
-function draw() {
+// The curriculum's own figures, hidden with a notice until its first iteration is stored.
+const CURRICULUM_PLOTS = ["plot-tiers", "plot-passrate", "plot-expansion", "plot-valid",
+  "plot-hist", "plot-sampled"];
+
+function draw(summary) {
   const x = series.iterations;
   const t = series.tiers;
+  const notice = document.getElementById("no-iterations");
+  notice.hidden = x.length > 0;
+  for (const id of CURRICULUM_PLOTS) {
+    document.getElementById(id).parentElement.hidden = !notice.hidden;
+  }
+  notice.textContent = !summary.exists
+    ? `${summary.run_dir} does not exist: not yet (a demo makes its RL stage's directory when RL ` +
+      "begins), or no longer. The page fills in once a run writes there."
+    : `No curriculum iteration in ${summary.run_dir}/curriculum/ yet: the charts fill in as the ` +
+      "run's sampler stores its iterations (only an RL run with curriculum sampling does).";
+  drawSubcategories();
+  drawHeldout();
+  drawTraining();
+  if (x.length === 0) return;
   Plotly.react("plot-tiers", lines(x, series.population, t, { stackgroup: "pop" }),
-    Object.assign({}, layoutBase, { yaxis: { title: { text: "items" } } }), config);
+    layoutFor(x, { yaxis: { title: { text: "items" } } }), config);
   drawPassRate();
   Plotly.react("plot-expansion", [
     { x, y: series.expansion_ratio, name: "expansion ratio", type: "scatter", mode: "lines",
       line: { color: "#999", dash: "dot" } },
     { x, y: series.expansion_ema, name: "EMA (over-sampling factor)", type: "scatter",
       mode: "lines", line: { color: "#d6604d", width: 3 } },
-  ], Object.assign({}, layoutBase, { yaxis: { title: { text: "ratio" } } }), config);
+  ], layoutFor(x, { yaxis: { title: { text: "ratio" } } }), config);
   Plotly.react("plot-valid", [
     { x, y: series.valid_fraction, name: "valid groups (neither all right nor all wrong)",
       type: "scatter", mode: "lines", fill: "tozeroy", line: { color: "#4393c3" } },
     { x, y: series.pass_at_k, name: "pass@k (any rollout right)", type: "scatter",
       mode: "lines", line: { color: "#1b7837", dash: "dot" } },
-  ], Object.assign({}, layoutBase, { yaxis: { range: [0, 1.05], title: { text: "fraction of groups" } } }),
+  ], layoutFor(x, { yaxis: { range: [0, 1.05], title: { text: "fraction of groups" } } }),
   config);
   const bins = series.histogram.length;
   Plotly.react("plot-hist", [{ x: series.histogram.map((_, i) => (i + 0.5) / bins),
     y: series.histogram, type: "bar", marker: { color: "#5aae61" }, name: "items" }],
   Object.assign({}, layoutBase, { xaxis: { title: { text: "pass rate" }, range: [0, 1] },
     yaxis: { title: { text: "items" } }, bargap: 0.05, showlegend: false }), config);
-  Plotly.react("plot-sampled", lines(x, series.sampled, t, { type: "bar" }).map(
+  // a bar an iteration while they are few; a long run's tens of thousands of bars, each under a
+  // pixel wide, take seconds to draw: there the same counts are stacked areas
+  const style = x.length <= MARKERS_UP_TO ? { type: "bar" } : { stackgroup: "sampled" };
+  Plotly.react("plot-sampled", lines(x, series.sampled, t, style).map(
     (tr) => Object.assign(tr, { marker: { color: tr.line.color } })),
-  Object.assign({}, layoutBase, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
-  drawSubcategories();
-  drawHeldout();
-  drawTraining();
+  layoutFor(x, { barmode: "stack", yaxis: { title: { text: "prompts" } } }), config);
 }
 
 // From the run's metrics.jsonl (RL runs only): the sampled reward of each domain and their
@@ -82,16 +115,16 @@ function drawTraining() {
   const x = train.steps;
   const domains = Object.keys(train.reward).filter((d) => d !== "mean");
   const rewards = domains.map((d, i) => ({ x, y: train.reward[d], name: d, type: "scatter",
-    mode: "lines+markers", marker: { size: 4 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+    mode: lineMode(x), marker: { size: 4 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
   if (train.reward.mean) rewards.push({ x, y: train.reward.mean, name: "mean", type: "scatter",
     mode: "lines", line: { color: "#222", width: 3 } });
-  Plotly.react("plot-reward", rewards, Object.assign({}, layoutBase,
+  Plotly.react("plot-reward", rewards, layoutFor(x,
     { yaxis: { range: [0, 1.05], title: { text: "reward" } } }), config);
   const groupColors = { "rolled out": "#4393c3", trained: "#1b7837", "filtered out": "#e08214" };
   const rolloutStyle = { "could not be scored": ["#b2182b", "dash"],
     "left out of training": ["#b2182b", "dot"], "format error": ["#999999", "dash"] };
   const traces = Object.entries(train.groups).map(([name, y]) => ({ x, y, name, type: "scatter",
-    mode: "lines+markers", marker: { size: 4 }, line: { color: groupColors[name] || "#555" } }));
+    mode: lineMode(x), marker: { size: 4 }, line: { color: groupColors[name] || "#555" } }));
   let most = 0;
   for (const [name, y] of Object.entries(train.rollouts)) {
     most = Math.max(most, ...y.filter((v) => v !== null));
@@ -99,7 +132,7 @@ function drawTraining() {
     traces.push({ x, y, name: `${name} (rollouts)`, yaxis: "y2", type: "scatter", mode: "lines",
       line: { color: colour, dash } });
   }
-  Plotly.react("plot-accounting", traces, Object.assign({}, layoutBase, {
+  Plotly.react("plot-accounting", traces, layoutFor(x, {
     yaxis: { title: { text: "groups" }, rangemode: "tozero" },
     // counts: whole-number ticks, about four of them however few the rollouts
     yaxis2: { title: { text: "rollouts" }, overlaying: "y", side: "right", rangemode: "tozero",
@@ -117,15 +150,15 @@ function drawHeldout() {
   const x = held.steps;
   const domains = Object.keys(held.pass_rate).filter((d) => d !== "all");
   const traces = domains.map((d, i) => ({ x, y: held.pass_rate[d], name: d, type: "scatter",
-    mode: "lines+markers", marker: { size: 5 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
+    mode: lineMode(x), marker: { size: 5 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
   const all = [["pass_rate", "all (greedy)", "solid"], ["sampled_pass_rate", "all, sampled", "dash"],
     ["pass_at_k", "all, pass@k", "dot"]];
   for (const [kind, name, dash] of all) {
     const y = (held[kind] || {}).all;
-    if (y) traces.push({ x, y, name, type: "scatter", mode: "lines+markers", marker: { size: 5 },
+    if (y) traces.push({ x, y, name, type: "scatter", mode: lineMode(x), marker: { size: 5 },
       line: { color: "#222", width: 3, dash } });
   }
-  Plotly.react("plot-heldout", traces, Object.assign({}, layoutBase,
+  Plotly.react("plot-heldout", traces, layoutFor(x,
     { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
 
@@ -139,7 +172,7 @@ function drawSubcategories() {
   if (figure.hidden) return;
   const rates = series.subcategory_rates || {};
   const traces = names.map((name, i) => ({ x: series.iterations, y: series.subcategories[name],
-    name, legendgroup: name, type: "scatter", mode: "lines+markers", connectgaps: true,
+    name, legendgroup: name, type: "scatter", mode: lineMode(series.iterations), connectgaps: true,
     marker: { size: 4 }, line: { color: TIER_COLORS[i % TIER_COLORS.length] } }));
   names.forEach((name, i) => {
     if (!rates[name]) return;
@@ -147,7 +180,7 @@ function drawSubcategories() {
       legendgroup: name, type: "scatter", mode: "lines",
       line: { color: TIER_COLORS[i % TIER_COLORS.length], dash: "dash" } });
   });
-  Plotly.react("plot-subcategories", traces, Object.assign({}, layoutBase,
+  Plotly.react("plot-subcategories", traces, layoutFor(series.iterations,
     { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
 
@@ -199,16 +232,18 @@ async function refresh() {
   document.getElementById("iteration").textContent = summary.iteration;
   const live = document.getElementById("live");
   const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
-  live.textContent = fresh ? "● live" : "finished or idle";
+  live.textContent = fresh ? "● live" : summary.updated ? "finished or idle" : "waiting for the run";
   live.className = fresh ? "on" : "";
-  if (summary.iteration !== lastIteration || summary.metrics_step !== lastMetrics) {
+  if (summary.iteration !== lastIteration || summary.metrics_step !== lastMetrics ||
+      summary.exists !== lastExists) {
     lastIteration = summary.iteration;
     lastMetrics = summary.metrics_step;
+    lastExists = summary.exists;
     series = await api("api/series");
     fillSelect("passrate-domain", ["all", ...series.domains], false);
     fillSelect("item-domain", summary.domains, true);
     fillSelect("item-tier", summary.tiers, true);
-    draw();
+    draw(summary);
   }
   if (summary.snapshot_iteration !== lastSnapshot) {
     lastSnapshot = summary.snapshot_iteration;
