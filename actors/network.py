@@ -3,8 +3,18 @@ learner ranks' ``torch.distributed`` group."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: A torch C++ extension build lock older than this belongs to a process that was killed while
+#: it held it: loading a built extension holds it for a second or two, building DeepSpeed's
+#: CPU collective op about a minute on two cores.
+STALE_BUILD_LOCK_S = 300.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,6 +36,31 @@ def node_ip() -> str:
     return "127.0.0.1"
 
 
+def clear_stale_build_locks(max_age_s: float = STALE_BUILD_LOCK_S) -> list[Path]:
+    """Remove the build locks of torch C++ extensions that killed processes left behind.
+
+    torch takes an extension's ``lock`` file while it checks or builds it (DeepSpeed's CPU
+    collective op, loaded by every CPU learner rank), and any other process waits for that
+    file to go, forever and without a word: a learner stopped at that moment (Ctrl-C, a killed
+    run) leaves every later learner of the machine hanging at start. A lock older than
+    ``max_age_s`` is removed with a warning; younger ones are left to their builds."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    removed = []
+    for lock in [*root.glob("*/lock"), *root.glob("*/*/lock")]:
+        try:
+            age = time.time() - lock.stat().st_mtime
+            if age > max_age_s:
+                lock.unlink()
+                removed.append(lock)
+                log.warning("removed %s, left %.0f min ago by a build that never finished "
+                            "(a killed process); the extension is checked again", lock, age / 60)  # fmt: skip
+        except FileNotFoundError:  # released meanwhile
+            continue
+    return removed
+
+
 def join_process_group(
     device: str, rank: int, world_size: int, master_addr: str | None, master_port: int | None
 ) -> None:
@@ -37,6 +72,7 @@ def join_process_group(
     if device == "cpu":
         # DeepSpeed picks CUDA whenever it sees a GPU; a CPU learner must say so before import.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        clear_stale_build_locks()  # its CPU collective op is loaded under such a lock
     import deepspeed
     import torch
 
