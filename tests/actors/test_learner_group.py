@@ -265,7 +265,7 @@ def test_a_rank_without_documents_runs_its_kl_pass_at_weight_zero(ray_local, tin
             _config(tiny_text_model, ranks, 1, stage="rl", **grpo), tiny_text_model
         )
         try:
-            batch = rl_batch(group.tokenizer, seed=5, items="p")
+            batch = rl_batch(group.tokenizer, seed=5, items="p", lengths=(3, 4))
             stats[name] = [group.train_step("rl", batch) for _ in range(2)]
         finally:
             group.shutdown()
