@@ -199,7 +199,7 @@ class Curriculum:
 
     def _sample(self, n: int, exclude: bool) -> np.ndarray:
         available = self.population() - self._acc["taken"]
-        quotas = split_quota(n, self.domain_share, available.sum(axis=1))
+        quotas = split_quota(n, self.domain_share, available.sum(axis=1), self.rng)
         weights = self.weights()
         counts = np.zeros_like(available)
         for d in np.flatnonzero(quotas).tolist():
