@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcs.curriculum import Curriculum
+from rlcs.config import CurriculumConfig
+from rlcs.curriculum import Curriculum, curriculum_from_items
+from rlcs.data import Item
 from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
 
@@ -100,3 +102,36 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, dashboard):
+    """A run of 1,200 items in three domains after 40 simulated iterations, saved at 40:
+    ``(run directory, its Curriculum, the rng, the simulated skill)``. One a test module, as
+    the live-run test goes on writing to it."""
+    run = tmp_path_factory.mktemp("runs") / "curriculum-demo"
+    rng = np.random.default_rng(0)
+    tiers = ["very_hard", "hard", "medium", "easy", "very_easy", None]
+    items = [
+        Item(
+            id=f"{domain}-{i:04d}",
+            domain=domain,
+            prompt="?",
+            difficulty=tiers[i % 6] if i % 2 else float(rng.random()),
+        )
+        for domain in ("math", "chart", "ocr")
+        for i in range(400)
+    ]
+    config = CurriculumConfig(seed=0)
+    cur = curriculum_from_items(items, config, {"math": 2, "chart": 1, "ocr": 1})
+    cur.attach(run)
+    skill = np.clip(rng.beta(1.2, 1.2, cur.num_items), 0.01, 0.99)
+    dashboard.simulate(cur, 40, rng, skill, metrics=True)
+    return run, cur, rng, skill
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, dashboard):
+    """The dashboard of ``run_dir`` under uvicorn; its URL."""
+    with dashboard.serve(run_dir[0]) as url:
+        yield url

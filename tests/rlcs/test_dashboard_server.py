@@ -1,0 +1,40 @@
+"""The dashboard's JSON API, served for real under uvicorn on 127.0.0.1 (or through FastAPI's
+test client) over a run directory that the real ``Curriculum`` wrote; no browser."""
+
+from __future__ import annotations
+
+import shutil
+
+import httpx
+
+TOKEN = "s3cret-dashboard-token"  # the token of conftest.py's DashboardHarness
+
+
+def test_api_requires_the_token_and_reports_the_run(server):
+    assert httpx.get(f"{server}/api/summary").status_code == 401
+    assert httpx.get(f"{server}/?token=wrong").status_code == 401
+    summary = httpx.get(
+        f"{server}/api/summary", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    assert summary["iteration"] == 40 and summary["num_items"] == 1200
+    assert summary["domains"] == ["math", "chart", "ocr"]
+    # no API description to read without the token, and a health probe that HEAD answers
+    assert httpx.get(f"{server}/openapi.json").status_code == 404
+    assert httpx.head(f"{server}/healthz").status_code == 200
+    js = httpx.get(f"{server}/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000  # served locally, no CDN
+
+
+def test_finished_run_directory_copied_elsewhere_still_serves(run_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rlcs.dashboard.app import create_app
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir[0], copy)
+    client = TestClient(create_app(copy))
+    series = client.get("/api/series").json()
+    assert series["iterations"][-1] >= 40
+    assert set(series["pass_rate"]) == {"all", "math", "chart", "ocr"}
+    items = client.get("/api/items", params={"q": "math-000", "limit": 5}).json()
+    assert [r["id"] for r in items["rows"]] == [f"math-000{i}" for i in range(5)]
