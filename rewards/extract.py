@@ -103,8 +103,8 @@ def _glm_hop(text: str) -> str:
     start, end = at + len(ANSWER_OPEN), len(text) - len(ANSWER_CLOSE)
     if len(marks[ANSWER_OPEN]) != 1 or len(marks[ANSWER_CLOSE]) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
-    if text.find("\\", start, end) >= 0 and _has_boxed(text, start, end):
-        raise FormatError("\\boxed{ inside <answer>; use the box markers")
+    if text.find("\\", start, end) >= 0 and (problem := _boxed_problem(text, start, end)):
+        raise FormatError(problem)
     opens = _inside(marks[BOX_OPEN], BOX_OPEN, start, end)
     closes = _inside(marks[BOX_CLOSE], BOX_CLOSE, start, end)
     if not opens and not closes:
@@ -117,16 +117,22 @@ def _glm_hop(text: str) -> str:
     return text[box_start:box_end].strip()
 
 
-def _has_boxed(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` holds ``\\boxed{``, spaces before the brace allowed (TeX
-    ignores them: ``\\boxed {1}`` is a box too). Linear: each search starts past the last."""
+def _boxed_problem(text: str, start: int, end: int) -> str | None:
+    """Why ``text[start:end]`` holds a TeX box, or None: ``\\boxed{``, spaces before the brace
+    allowed (TeX ignores them: ``\\boxed {1}`` is a box too), or ``\\boxed`` with no brace,
+    which boxes the token after it (``\\boxed 1``). ``\\boxedx`` is another command. Linear:
+    each search starts past the last."""
     at = text.find(_BOXED, start, end)
     while at >= 0:
-        brace = _SPACE.match(text, at + len(_BOXED), end).end()
+        after = at + len(_BOXED)
+        if after < end and text[after].isascii() and text[after].isalpha():
+            at = text.find(_BOXED, after, end)
+            continue
+        brace = _SPACE.match(text, after, end).end()
         if brace < end and text[brace] == "{":
-            return True
-        at = text.find(_BOXED, brace, end)
-    return False
+            return "\\boxed{ inside <answer>; use the box markers"
+        return "\\boxed inside <answer> (TeX boxes the token after it); use the box markers"
+    return None
 
 
 def _glm_scan(text: str) -> str:
@@ -146,8 +152,8 @@ def _glm_scan(text: str) -> str:
     body = rest[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)]
     if text.count(ANSWER_OPEN) != 1 or text.count(ANSWER_CLOSE) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
-    if _has_boxed(body, 0, len(body)):
-        raise FormatError("\\boxed{ inside <answer>; use the box markers")
+    if problem := _boxed_problem(body, 0, len(body)):
+        raise FormatError(problem)
     opens, closes = body.count(BOX_OPEN), body.count(BOX_CLOSE)
     if opens == 0 and closes == 0:
         raise FormatError("no <|begin_of_box|>...<|end_of_box|> in the answer")

@@ -98,6 +98,23 @@ def test_boxed_with_a_space_before_its_brace_is_rejected_in_a_long_response_too(
         answer = "<answer>\\boxed  {4} " + BOX.format("4") + "</answer>"
         with pytest.raises(FormatError, match="boxed"):
             extract("<think>" + pad + "</think>" + answer)
-        # a command that only starts like \boxed, or \boxed with no brace, is not one
-        answer = "<answer>\\boxedx{4} \\boxed " + BOX.format("4") + "</answer>"
+        # a command that only starts like \boxed is not one
+        answer = "<answer>\\boxedx{4} \\boxedness " + BOX.format("4") + "</answer>"
         assert extract("<think>" + pad + "</think>" + answer) == "4"
+
+
+@pytest.mark.parametrize(
+    "inside",
+    ["\\boxed 1", "\\boxed1", "\\boxed\\pi", "\\boxed  x", "\\boxed\n7", "\\boxed"],
+)
+def test_boxed_without_braces_is_rejected_like_boxed_with_them(inside):
+    """TeX boxes the next token when no brace follows: ``\\boxed 1`` is a box around 1, a
+    second answer beside the markers, as ``\\boxed{1}`` is."""
+    for pad in ("", "x" * 10_000):  # short text is counted whole; long text by marker hops
+        answer = "<answer>" + inside + " " + BOX.format("1") + "</answer>"
+        with pytest.raises(FormatError) as e:
+            extract("<think>" + pad + "</think>" + answer)
+        assert (
+            str(e.value)
+            == "\\boxed inside <answer> (TeX boxes the token after it); use the box markers"
+        )
