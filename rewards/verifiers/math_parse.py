@@ -142,11 +142,11 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
         s = s[:-1].strip()
     if _THOUSANDS.match(s):
         s = s.replace(",", "")
-    s = s.replace(" ", "")
+    spaced, s = " " in s, s.replace(" ", "")
     try:
         if _PLAIN_NUMBER.match(s):
-            if _HUGE_E.search(s):
-                return None
+            if _HUGE_E.search(s) or (spaced and "e" in s.lower()):
+                return None  # 3e - 2 is 3e minus 2: e-notation is written without spaces
             return Fraction(s), pct
         m = _FRAC.match(s)
         if m:

@@ -94,6 +94,11 @@ WRONG = [
     ("2019", "2018"),
     ("\\sin(x)^{2}", "\\sin(x^{2})"),
     ("3e-2x", "0.03x"),  # a letter follows: 3e - 2x
+    ("3e - 2", "0.03"),  # spaces around the minus: 3e - 2, not e-notation
+    ("3e -2", "0.03"),
+    ("3e- 2", "0.03"),
+    ("3 e-2", "0.03"),
+    ("1.5 e - 3", "0.0015"),
     ("\\text{A} \\text{B}", "\\text{A}"),  # \\text{B} is a word, not a unit to strip
     ("-3 < x \\leq 3", "[-3,3]"),
 ]
