@@ -403,11 +403,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: --resume: {root} holds no demo (no {DEMO_MARKER}); nothing in it is "
               "touched", file=sys.stderr)  # fmt: skip
         return 2
-    try:  # a folder under a file, or one that cannot be written in, stops here
-        make_writable_dir(root, "--run-dir")
+    try:
         from cluster.ray_connect import check_ray_address
 
-        check_ray_address(cfg)  # as does a cluster.address or $RAY_ADDRESS that nothing answers
+        # a cluster.address or $RAY_ADDRESS that nothing answers stops here, before any write
+        check_ray_address(cfg)
+        make_writable_dir(root, "--run-dir")  # as does a folder under a file, or unwritable
     except ValueError as e:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2

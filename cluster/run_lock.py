@@ -54,8 +54,24 @@ def lock_run_dir(run_dir: Path) -> None:
     _held[run_dir] = fd
 
 
-def unlock_run_dir(run_dir: Path) -> None:
-    """Release the lock taken by :func:`lock_run_dir` (nothing if this process holds none)."""
-    fd = _held.pop(run_dir.resolve(), None)
-    if fd is not None:
+def unlock_run_dir(run_dir: Path, tidy: bool = False, remove_dir: bool = False) -> None:
+    """Release the lock taken by :func:`lock_run_dir` (nothing if this process holds none).
+
+    With ``tidy``, a run that wrote nothing (it stopped at a check of its data or model) leaves
+    no lock file behind: when the directory holds only the lock, the file is removed while still
+    locked, and with ``remove_dir`` the directory too (the caller created it). A directory with
+    anything else in it is left exactly as it is.
+    """
+    run_dir = run_dir.resolve()
+    fd = _held.pop(run_dir, None)
+    if fd is None:
+        return
+    try:
+        if tidy and [p.name for p in run_dir.iterdir()] == [LOCK_FILE]:
+            (run_dir / LOCK_FILE).unlink()
+            if remove_dir:
+                run_dir.rmdir()
+    except OSError as e:  # a file appeared meanwhile, or the folder is not ours to remove
+        log.debug("left %s as it is (%s)", run_dir, e)
+    finally:
         os.close(fd)  # closing the only descriptor of the open file drops its flock

@@ -59,11 +59,13 @@ def train(cfg: Config, resume: bool = False) -> Path:
         keep = load_group_filter(grpo.group_filter, grpo.group_filter_options)
     if cfg.model.path and (problem := model_dir_problem(Path(cfg.model.path))):
         raise FileNotFoundError(f"model.path {cfg.model.path}: {problem}")  # before any write
+    created = not cfg.run_dir.exists()
     run_dir = prepare_run_dir(cfg, resume, lock=True)
     try:
         return _run(cfg, resume, run_dir, keep, clock)
     finally:
-        unlock_run_dir(run_dir)
+        # a run that stopped at its data's check leaves no empty folder holding a lock file
+        unlock_run_dir(run_dir, tidy=True, remove_dir=created)
 
 
 def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> Path:

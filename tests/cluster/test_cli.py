@@ -319,6 +319,7 @@ def test_an_address_where_no_ray_head_answers_fails_at_once_naming_it(tmp_path):
               RAY_ADDRESS=f"ray://{address}")  # fmt: skip
     assert r.returncode == 2
     assert f"rlcs demo: cannot join the Ray cluster at ray://{address} ($RAY_ADDRESS)" in r.stderr
+    assert not (tmp_path / "demo").exists()  # no empty --run-dir left behind
 
 
 def test_an_address_where_something_else_answers_fails_naming_it(tmp_path):

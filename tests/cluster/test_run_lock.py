@@ -65,3 +65,29 @@ def test_train_refuses_a_run_directory_another_driver_holds(tmp_path):
         proc.wait()
     assert (run / "config.yaml").read_text() == "stage: rl\n"
     assert (run / "checkpoints").is_dir()
+
+
+def test_a_run_stopped_by_its_data_leaves_no_lock_file_nor_empty_folder(tmp_path):
+    """A bad dataset stops `train` before it writes anything: the folder it made for the run
+    goes again; a folder that held something else is left as it is (with the lock file, which
+    only marks where the lock is taken)."""
+    from cluster.train import train
+
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"id": "a", "domain": "math", "prompt": "x", "answer": "1", '
+                    '"difficulty": "bogus"}\n')  # fmt: skip
+    sets = ["model.tiny=text", "data.synthetic=null", f"data.train=[{str(data)!r}]",
+            f"run.root={tmp_path / 'runs'}", "run.name=r"]  # fmt: skip
+    with pytest.raises(ValueError, match="unknown tier 'bogus'"):
+        train(load_config(None, sets))
+    assert list((tmp_path / "runs").iterdir()) == []
+    kept = tmp_path / "runs" / "r"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="unknown tier 'bogus'"):
+        train(load_config(None, sets))
+    assert sorted(p.name for p in kept.iterdir()) == [LOCK_FILE, "notes.txt"]
+    assert (kept / "notes.txt").read_text() == "mine"
+    # the lock is free again
+    lock_run_dir(kept)
+    unlock_run_dir(kept)
