@@ -9,6 +9,7 @@ tolerance is relative, so 1/2004! and 1/2006! differ.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -227,13 +228,25 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
 def truth_type_problem(answer: Any) -> str | None:
     """Why ``answer`` is not a math ground truth (a string or a number), or None. ``str`` of
     an object, a list or a boolean (``{'ans': '5'}``, ``True``) is no answer a model could
-    write: every response would score a silent 0 (or 1 for the text ``True``)."""
+    write: every response would score a silent 0 (or 1 for the text ``True``). Nor is NaN,
+    a float or its text: it marks a missing value (a spreadsheet's empty cell)."""
+    if _is_nan(answer):
+        return (
+            "ground truth: NaN is a missing value, not an answer; give the answer, or leave "
+            "the item out"
+        )
     if isinstance(answer, str) or (
         isinstance(answer, (int, float)) and not isinstance(answer, bool)
     ):
         return None
     kind = "a boolean" if isinstance(answer, bool) else f"a {type(answer).__name__}"
     return f"ground truth: a string or a number is expected, got {kind}"
+
+
+def _is_nan(answer: Any) -> bool:
+    if isinstance(answer, float):
+        return math.isnan(answer)
+    return isinstance(answer, str) and answer.strip().lstrip("+-").lower() == "nan"
 
 
 class MathVerifier(Verifier):

@@ -52,6 +52,27 @@ def test_rl_items_whose_ground_truth_cannot_be_scored_stop_the_stage(tmp_path):
     )
 
 
+def test_rl_items_whose_ground_truth_is_nan_stop_the_load(tmp_path):
+    """A NaN answer (JSON's NaN, or its text, as a spreadsheet's empty cell is exported) is a
+    missing value: refused at load with the other ground-truth checks."""
+    import pytest
+
+    from cluster.stage_data import load_rl_items
+    from rlcs.data import DatasetError
+
+    data = tmp_path / "rl.jsonl"
+    data.write_text('{"id": "m0", "domain": "math", "prompt": "1+1?", "answer": "2"}\n'
+                    '{"id": "m1", "domain": "math", "prompt": "2+2?", "answer": NaN}\n'
+                    '{"id": "c1", "domain": "chart", "prompt": "how many?", "answer": "nan"}\n')  # fmt: skip
+    with pytest.raises(DatasetError) as err:
+        load_rl_items([data])
+    assert str(err.value) == (
+        f"{data}: item 'm1' has an answer no verifier can score against: ground truth: NaN is a "
+        "missing value, not an answer; give the answer, or leave the item out (and 1 more: "
+        "['c1'])"
+    )
+
+
 def test_a_run_never_writes_over_what_it_did_not_make(tmp_path):
     """A finished run (even one whose checkpoints were removed) is refused without --resume,
     and data.synthetic refuses a data/ folder of the user's own; an interrupted build of its

@@ -254,6 +254,24 @@ def test_a_ground_truth_that_is_not_a_string_or_a_number_is_an_answer_error(scor
     assert scorer.score("math", glm("5"), 5).reward == 1.0 and answer_problem("math", 5.0) is None
 
 
+@pytest.mark.parametrize("truth", [float("nan"), "nan", "NaN", " NAN ", "-nan"])
+def test_a_nan_ground_truth_is_an_answer_error(scorer, truth):
+    """NaN is a missing value (a spreadsheet's empty cell), not an answer: it scored a silent 0
+    at every draw, or 1 for a model that wrote "nan"."""
+    from rewards import answer_problem
+
+    for domain in ("math", "chart"):
+        for response in (glm("nan"), glm("5")):
+            res = scorer.score(domain, response, truth)
+            assert (res.reward, res.error) == (0.0, "answer")
+            assert res.detail == (
+                "ground truth: NaN is a missing value, not an answer; give the answer, or "
+                "leave the item out"
+            )
+        assert answer_problem(domain, truth) == res.detail  # and datasets are checked at load
+    assert scorer.score("math", glm("nano"), "nano").reward == 1.0  # a word is fine
+
+
 def test_many_large_e_notation_numbers_are_refused_at_once():
     """e-notation is now read as a number inside expressions: a product of many 9e9999 took
     seconds of big-integer arithmetic before scoring 0."""
