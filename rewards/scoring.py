@@ -133,6 +133,20 @@ def option_problem(options: Mapping[str, Any]) -> str | None:
     for name in _BOOL_OPTIONS:
         if name in options and not isinstance(options[name], bool):
             return f"option {name!r} must be true or false, got {_short(options[name])}"
+    if "timeout_s" in options:
+        return timeout_problem(options["timeout_s"])
+    return None
+
+
+def timeout_problem(timeout_s: Any) -> str | None:
+    """What is wrong with a ``timeout_s`` (not a number, 0 or less, NaN, inf), or None: the
+    pool would time out every item at once, or wait for ever on a hung verifier."""
+    number = _as_number(timeout_s)
+    if number is None or number <= 0:
+        return (
+            f"option 'timeout_s' must be a finite number of seconds above 0, got "
+            f"{_short(timeout_s)}"
+        )
     return None
 
 
@@ -185,7 +199,9 @@ class RewardScorer:
     ) -> None:
         for domain, path in (custom_domains or {}).items():
             registry.register(domain, path)
-        self.timeout_s = timeout_s
+        if problem := timeout_problem(timeout_s):
+            raise ValueError(f"RewardScorer: {problem}")
+        self.timeout_s = float(timeout_s)
         self.inline_max = inline_max
         self.max_answer_chars = max_answer_chars
         self.gate_in_caller_max = gate_in_caller_max
@@ -207,7 +223,7 @@ class RewardScorer:
         self, items: Iterable[Any], timeout_s: float | None = None
     ) -> list[ScoreResult]:
         """Score many items in parallel; each gets at most ``timeout_s`` in a worker."""
-        plan = self._plan(items)
+        plan = self._plan(items, timeout_problem(timeout_s) if timeout_s is not None else None)
         outcomes = self.pool.run(plan.pooled, self._timeout(timeout_s)) if plan.pooled else []
         return self._complete(plan, outcomes)
 
@@ -215,7 +231,7 @@ class RewardScorer:
         self, items: Iterable[Any], timeout_s: float | None = None
     ) -> list[ScoreResult]:
         """As ``score_batch``, awaiting the pool without holding a thread (for the server)."""
-        plan = self._plan(items)
+        plan = self._plan(items, timeout_problem(timeout_s) if timeout_s is not None else None)
         outcomes: list[Outcome] = []
         if plan.pooled:
             loop = asyncio.get_running_loop()
@@ -231,8 +247,10 @@ class RewardScorer:
     def _timeout(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else float(timeout_s)
 
-    def _plan(self, items: Iterable[Any]) -> _Plan:
-        """Gate, extract and look up the cache in this process; say what remains to verify."""
+    def _plan(self, items: Iterable[Any], refused: str | None = None) -> _Plan:
+        """Gate, extract and look up the cache in this process; say what remains to verify.
+        ``refused``: what is wrong with the batch's own options, a ``request`` error for each
+        item."""
         plan = _Plan()
         for i, item in enumerate(items):
             plan.results.append(None)
@@ -251,7 +269,7 @@ class RewardScorer:
                 detail = f"unknown domain {_short(domain)}; known: {', '.join(registry.domains())}"
                 self._set(plan, i, ScoreResult(0.0, False, None, "domain", detail, str(domain)))
                 continue
-            problem = option_problem(opts)
+            problem = refused or option_problem(opts)
             if problem:
                 self._set(plan, i, ScoreResult(0.0, False, None, "request", problem, domain))
                 continue

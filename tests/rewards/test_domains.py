@@ -323,6 +323,32 @@ def test_a_malformed_option_is_a_request_error_naming_it(scorer, options, proble
     assert (ok.reward, ok.error) == (1.0, None)
 
 
+@pytest.mark.parametrize("timeout_s", ["abc", -1, 0, float("nan"), float("inf"), [5]])
+def test_a_malformed_timeout_is_a_request_error_naming_it(scorer, timeout_s):
+    """``timeout_s`` raised out of ``score`` and ``score_batch`` (float("abc")), or went to the
+    pool as is: 0 or less timed out every item, inf waited for ever on a hung verifier."""
+    import re
+
+    from conftest import glm
+
+    from rewards import RewardScorer
+
+    problem = f"option 'timeout_s' must be a finite number of seconds above 0, got {timeout_s!r}"
+    items = [("math", glm("1"), "1"), ("ocr", glm("ab"), "ab")]
+    as_option = {"domain": "math", "response": glm("1"), "answer": "1",
+                 "options": {"timeout_s": timeout_s}}  # fmt: skip
+    results = [
+        scorer.score("math", glm("1"), "1", timeout_s=timeout_s),
+        *scorer.score_batch(items, timeout_s=timeout_s),
+        *scorer.score_batch([as_option]),
+    ]
+    assert [(r.reward, r.error, r.detail) for r in results] == [(0.0, "request", problem)] * 4
+    assert [r.domain for r in results] == ["math", "math", "ocr", "math"]
+    assert [r.reward for r in scorer.score_batch(items, timeout_s="2.5")] == [1.0, 1.0]
+    with pytest.raises(ValueError, match=re.escape(f"RewardScorer: {problem}")):
+        RewardScorer(1, timeout_s=timeout_s)
+
+
 def test_a_scorer_with_malformed_default_options_refuses_to_start():
     from rewards import RewardScorer
 
