@@ -52,6 +52,12 @@ class Item(BaseModel):
     @field_validator("id", mode="before")
     @classmethod
     def _id_as_str(cls, v: Any) -> Any:
+        """An integer id as its text; an id of only whitespace is refused: it prints as
+        nothing in every log, report and sample that names the item."""
+        if isinstance(v, str) and v and not v.strip():
+            raise ValueError(
+                f"only whitespace ({v!r}); give each item a unique id that is not blank"
+            )
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator("difficulty", mode="before")

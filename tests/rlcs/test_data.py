@@ -70,6 +70,11 @@ def test_parquet_round_trip(dataset_dir):
     [
         ({"domain": "math", "prompt": "x"}, "missing 'id'"),
         ({"id": "", "domain": "math", "prompt": "x"}, "missing 'id'"),
+        (
+            {"id": " \t", "domain": "math", "prompt": "x"},
+            "id: only whitespace (' \\t'); give each item a unique id that is not blank",
+        ),
+        ({"id": "\n", "domain": "math", "prompt": "x"}, "id: only whitespace ('\\n')"),
         ({"id": "a", "domain": "poetry", "prompt": "x"}, "unknown domain 'poetry'"),
         ({"id": "a", "domain": "math"}, "prompt: Field required"),
         ({"id": "a", "domain": "math", "prompt": "x", "colour": 1}, "colour: unknown field"),
