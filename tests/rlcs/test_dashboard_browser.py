@@ -215,3 +215,46 @@ def test_refresh_zero_does_not_poll_without_pause(server, browser):
     page.wait_for_timeout(2_000)
     assert 1 <= len(polls) <= 3  # at most one a second, not one after another
     page.close()
+
+
+def test_item_table_pages_through_every_match(server, browser):
+    page = browser.new_page()
+    page.goto(f"{server}/?token={TOKEN}")
+    page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+
+    def ids() -> list[str]:
+        return page.locator("#item-table tbody tr td:first-child").all_text_contents()
+
+    def wait_for_count(text: str) -> None:
+        page.wait_for_function(
+            f"document.querySelector('#item-count').textContent === {text!r}", timeout=10_000
+        )
+
+    assert page.text_content("#item-count") == "1,200 match, 1–25 shown"
+    assert page.is_visible("#items-pager") and page.is_disabled("#items-prev")
+    assert page.text_content("#items-pages") == "48"
+    assert ids() == [f"math-{i:04d}" for i in range(25)]
+    page.click("#items-next")
+    wait_for_count("1,200 match, 26–50 shown")
+    assert ids() == [f"math-{i:04d}" for i in range(25, 50)]
+    assert page.input_value("#items-page") == "2" and page.is_enabled("#items-prev")
+    page.fill("#items-page", "48")
+    page.press("#items-page", "Enter")
+    wait_for_count("1,200 match, 1,176–1,200 shown")
+    assert ids() == [f"ocr-{i:04d}" for i in range(375, 400)]
+    assert page.is_disabled("#items-next")
+    page.click("#items-prev")
+    wait_for_count("1,200 match, 1,151–1,175 shown")
+    page.fill("#items-page", "9999")  # past the last page: the last page
+    page.press("#items-page", "Enter")
+    wait_for_count("1,200 match, 1,176–1,200 shown")
+    assert page.input_value("#items-page") == "48"
+
+    # a filter starts again at its first page; one page of matches needs no pager
+    page.select_option("#item-domain", "chart")
+    wait_for_count("400 match, 1–25 shown")
+    assert ids()[0] == "chart-0000" and page.text_content("#items-pages") == "16"
+    page.fill("#item-search", "chart-001")
+    wait_for_count("10 match")
+    assert page.is_hidden("#items-pager")
+    page.close()

@@ -38,3 +38,33 @@ def test_finished_run_directory_copied_elsewhere_still_serves(run_dir, tmp_path)
     assert set(series["pass_rate"]) == {"all", "math", "chart", "ocr"}
     items = client.get("/api/items", params={"q": "math-000", "limit": 5}).json()
     assert [r["id"] for r in items["rows"]] == [f"math-000{i}" for i in range(5)]
+
+
+def test_item_table_pages_through_every_match_and_refuses_bad_bounds(server):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    def page(**params) -> httpx.Response:
+        return httpx.get(f"{server}/api/items", params=params, headers=auth)
+
+    seen = []
+    for offset in range(0, 1200, 500):
+        data = page(offset=offset, limit=500).json()
+        assert data["total"] == 1200
+        seen += [r["id"] for r in data["rows"]]
+    assert seen == [f"{d}-{i:04d}" for d in ("math", "chart", "ocr") for i in range(400)]
+    past = page(offset=1200, limit=25).json()
+    assert past["rows"] == [] and past["total"] == 1200
+    ocr = page(domain="ocr", offset=390, limit=25).json()
+    assert [r["id"] for r in ocr["rows"]] == [f"ocr-{i:04d}" for i in range(390, 400)]
+    # a page is 1 to 1,000 rows from offset 0 on; anything else is refused naming the bound
+    for params, problem in [
+        ({"limit": 0}, "greater than or equal to 1"),
+        ({"limit": 1001}, "less than or equal to 1000"),
+        ({"limit": "ten"}, "valid integer"),
+        ({"offset": -1}, "greater than or equal to 0"),
+        ({"offset": "1.5"}, "valid integer"),
+    ]:
+        r = page(**params)
+        assert r.status_code == 422, params
+        (detail,) = r.json()["detail"]
+        assert detail["loc"] == ["query", next(iter(params))] and problem in detail["msg"]

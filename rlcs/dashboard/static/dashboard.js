@@ -193,6 +193,10 @@ function fillSelect(id, values, keepFirst) {
   select.value = keep ? current : select.options[0].value;
 }
 
+// The item table shows a page of the matching items at a time; the server caps a page at 1,000
+// rows, and a run can hold millions.
+const PAGE_ROWS = 25;
+let itemsOffset = 0;
 let itemsRequest = 0;
 
 async function loadItems() {
@@ -201,22 +205,52 @@ async function loadItems() {
     q: document.getElementById("item-search").value,
     domain: document.getElementById("item-domain").value,
     tier: document.getElementById("item-tier").value,
-    limit: "25",
+    offset: String(itemsOffset),
+    limit: String(PAGE_ROWS),
   });
   const data = await api("api/items?" + q);
   if (mine !== itemsRequest) return;
+  if (data.rows.length === 0 && itemsOffset > 0 && data.total > 0) {
+    // fewer items match than before (items change tier as the run goes on): the last page
+    itemsOffset = Math.floor((data.total - 1) / PAGE_ROWS) * PAGE_ROWS;
+    await loadItems();
+    return;
+  }
   const body = document.querySelector("#item-table tbody");
   body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td>` +
     `<td>${escapeHtml(r.subcategory ? `${r.domain} / ${r.subcategory}` : r.domain)}</td>` +
     `<td>${r.tier}</td><td class="num">${r.attempts}</td>` +
     `<td class="num">${r.pass_rate === null ? "–" : r.pass_rate.toFixed(3)}</td>` +
     `<td class="num">${r.last_seen < 0 ? "never" : r.last_seen}</td></tr>`).join("");
+  const first = itemsOffset + 1;
+  const last = itemsOffset + data.rows.length;
   document.getElementById("item-count").textContent =
     `${data.total.toLocaleString()} match` + (data.total > data.rows.length
-      ? `, first ${data.rows.length} shown` : "");
+      ? `, ${first.toLocaleString()}–${last.toLocaleString()} shown` : "");
+  const pages = Math.max(1, Math.ceil(data.total / PAGE_ROWS));
+  document.getElementById("items-pager").hidden = pages <= 1;
+  document.getElementById("items-prev").disabled = itemsOffset === 0;
+  document.getElementById("items-next").disabled = last >= data.total;
+  const pageInput = document.getElementById("items-page");
+  pageInput.max = String(pages);
+  pageInput.value = String(Math.floor(itemsOffset / PAGE_ROWS) + 1);
+  document.getElementById("items-pages").textContent = pages.toLocaleString();
   document.getElementById("items-note").textContent = data.snapshot_iteration === null
     ? "(no saved state yet)" : `(as saved at iteration ${data.snapshot_iteration})`;
   document.body.dataset.itemsLoaded = String(Date.now());
+}
+
+// a new search or filter starts at its first page
+function filterItems() {
+  itemsOffset = 0;
+  loadItems();
+}
+
+function showPage(page) {
+  const pages = Number(document.getElementById("items-page").max) || 1;
+  const wanted = Math.min(Math.max(1, Math.floor(page) || 1), pages);
+  itemsOffset = (wanted - 1) * PAGE_ROWS;
+  loadItems();
 }
 
 function escapeHtml(s) {
@@ -255,10 +289,16 @@ async function refresh() {
 let searchTimer = null;
 document.getElementById("item-search").addEventListener("input", () => {
   clearTimeout(searchTimer);
-  searchTimer = setTimeout(loadItems, 200);
+  searchTimer = setTimeout(filterItems, 200);
 });
-document.getElementById("item-domain").addEventListener("change", loadItems);
-document.getElementById("item-tier").addEventListener("change", loadItems);
+document.getElementById("item-domain").addEventListener("change", filterItems);
+document.getElementById("item-tier").addEventListener("change", filterItems);
+document.getElementById("items-prev").addEventListener("click",
+  () => showPage(itemsOffset / PAGE_ROWS));
+document.getElementById("items-next").addEventListener("click",
+  () => showPage(itemsOffset / PAGE_ROWS + 2));
+document.getElementById("items-page").addEventListener("change",
+  (e) => showPage(Number(e.target.value)));
 document.getElementById("passrate-domain").addEventListener("change", drawPassRate);
 
 async function tick() {
