@@ -7,6 +7,7 @@ query over 10M items touches only the columns it filters on.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,30 @@ class RunReader:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
 
     def store(self) -> dict[str, Any]:
-        return read_store(self.folder / STORE_NAME)
+        """The SQLite aggregates; one that cannot be read (a truncated or damaged file) reads as
+        empty, with ``error`` saying so, so that the rest of the run is still served."""
+        path = self.folder / STORE_NAME
+        try:
+            return dict(read_store(path), error=None)
+        except sqlite3.DatabaseError as e:
+            return {"meta": {}, "iterations": [], "tiers": [], "subcategories": [], "error": str(e)}
+
+    def store_error(self, error: str | None) -> str | None:
+        """What the page says in place of the curriculum's plots when the store is unreadable."""
+        if error is None:
+            return None
+        snap = self.snapshot()
+        saved = (
+            f"the header and the item table come from the run's saved state, "
+            f"{self.folder / (self._snap_key or '')} (iteration {snap[1]['iteration']}), "
+            "which is read separately"
+            if snap
+            else "the run has no saved state to show either"
+        )
+        return (
+            f"{self.folder / STORE_NAME} cannot be read ({error}): the curriculum's plots, drawn "
+            f"from it, are not shown; {saved}."
+        )
 
     def snapshot(self) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
         pointer = self.folder / LATEST
@@ -52,6 +76,9 @@ class RunReader:
         store = self.store()
         snap = self.snapshot()
         last = store["iterations"][-1] if store["iterations"] else None
+        iteration = last["iteration"] if last else 0
+        if store.get("error") and snap:  # the iteration the saved state is at, the last known
+            iteration = snap[1]["iteration"]
         return {
             "run_dir": str(self.run_dir),
             "run": self.run_dir.name,
@@ -62,12 +89,13 @@ class RunReader:
             "num_items": store["meta"].get("num_items") or (snap[1]["num_items"] if snap else 0),
             "domains": store["meta"].get("domains") or (snap[1]["domain_names"] if snap else []),
             "tiers": store["meta"].get("tiers") or (snap[1]["tier_names"] if snap else []),
-            "iteration": last["iteration"] if last else 0,
+            "iteration": iteration,
             "updated": last["time"] if last else None,
             "snapshot_iteration": snap[1]["iteration"] if snap else None,
             # the last step of metrics.jsonl: a held-out evaluation or an iteration's figures
             # can arrive after the curriculum's record of that iteration
             "metrics_step": self.metrics.last_step(),
+            "store_error": self.store_error(store.get("error")),
         }
 
     def series(self) -> dict[str, Any]:
@@ -135,6 +163,7 @@ class RunReader:
             "pass_at_k": [r["pass_at_k"] for r in its],
             "mean_pass_rate": [r["mean_pass_rate"] for r in its],
             "histogram": its[-1]["histogram"] if its else [],
+            "store_error": self.store_error(store.get("error")),
         }
 
     def items(

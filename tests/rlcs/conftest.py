@@ -135,3 +135,20 @@ def server(run_dir, dashboard):
     """The dashboard of ``run_dir`` under uvicorn; its URL."""
     with dashboard.serve(run_dir[0]) as url:
         yield url
+
+
+@pytest.fixture
+def truncated_store_run(tmp_path, dashboard) -> tuple[Path, Path, bytes]:
+    """A run of 300 items after 30 simulated iterations, saved at 30, whose aggregates.sqlite
+    has been cut to half its length: ``(run directory, the store, its whole bytes)``."""
+    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(300)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    skill = np.full(cur.num_items, 0.5)
+    dashboard.simulate(cur, 30, np.random.default_rng(2), skill, metrics=True)
+    cur.store.close()  # the sampler's WAL is folded into the file
+    store = cur.store.path
+    whole = store.read_bytes()
+    store.write_bytes(whole[: len(whole) // 2])
+    return run, store, whole

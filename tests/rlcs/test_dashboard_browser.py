@@ -258,3 +258,26 @@ def test_item_table_pages_through_every_match(server, browser):
     wait_for_count("10 match")
     assert page.is_hidden("#items-pager")
     page.close()
+
+
+def test_a_truncated_aggregates_store_is_named_on_the_page(browser, truncated_store_run, dashboard):
+    run, store, _ = truncated_store_run
+    with dashboard.serve(run) as url:
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(f"{url}/?token={TOKEN}")
+        page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+        notice = page.text_content("#no-iterations")
+        assert page.is_visible("#no-iterations")
+        assert notice.startswith(f"{store} cannot be read (database disk image is malformed)")
+        assert "the header and the item table come from the run's saved state" in notice
+        assert all(page.is_hidden(f"#{plot}") for plot in PLOTS)
+        assert page.text_content("#live") == "aggregates unreadable"
+        assert page.text_content("#iteration") == "30"
+        # what does not come from the store: the item table and the training figures
+        assert page.text_content("#item-count") == "300 match, 1–25 shown"
+        page.wait_for_selector("#plot-reward .main-svg", timeout=20_000)
+        assert errors == []
+        page.close()

@@ -4,8 +4,12 @@ test client) over a run directory that the real ``Curriculum`` wrote; no browser
 from __future__ import annotations
 
 import shutil
+import sqlite3
 
 import httpx
+import pytest
+
+from rlcs.curriculum import read_store
 
 TOKEN = "s3cret-dashboard-token"  # the token of conftest.py's DashboardHarness
 
@@ -68,3 +72,38 @@ def test_item_table_pages_through_every_match_and_refuses_bad_bounds(server):
         assert r.status_code == 422, params
         (detail,) = r.json()["detail"]
         assert detail["loc"] == ["query", next(iter(params))] and problem in detail["msg"]
+
+
+def test_a_truncated_aggregates_store_is_named_and_the_rest_still_served(
+    truncated_store_run, dashboard
+):
+    run, store, whole = truncated_store_run
+    with pytest.raises(sqlite3.DatabaseError):
+        read_store(store)
+    with dashboard.serve(run) as url:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        summary = httpx.get(f"{url}/api/summary", headers=auth)
+        assert summary.status_code == 200
+        summary = summary.json()
+        latest = (run / "curriculum" / "LATEST").read_text().strip()
+        assert summary["store_error"] == (
+            f"{store} cannot be read (database disk image is malformed): the curriculum's "
+            "plots, drawn from it, are not shown; the header and the item table come from the "
+            f"run's saved state, {run / 'curriculum' / latest} (iteration 30), which is read "
+            "separately."
+        )
+        # the header from the saved state
+        assert summary["iteration"] == 30 and summary["num_items"] == 300
+        assert summary["domains"] == ["math"] and summary["policy"] == "rlcs"
+        series = httpx.get(f"{url}/api/series", headers=auth)
+        assert series.status_code == 200
+        series = series.json()
+        assert series["store_error"] == summary["store_error"]
+        assert series["iterations"] == [] and series["histogram"] == []
+        assert series["training"]["steps"] == list(range(1, 31))  # from metrics.jsonl
+        items = httpx.get(f"{url}/api/items", params={"limit": 3}, headers=auth)
+        assert items.status_code == 200 and items.json()["total"] == 300
+        # a store that reads again is served again
+        store.write_bytes(whole)
+        summary = httpx.get(f"{url}/api/summary", headers=auth).json()
+        assert summary["store_error"] is None and summary["iteration"] == 30

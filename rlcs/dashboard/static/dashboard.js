@@ -15,6 +15,7 @@ let lastIteration = null;
 let lastSnapshot;  // not null: a run with no saved state yet says so in its table's note
 let lastMetrics = null;
 let lastExists = null;
+let lastStoreError = null;
 let series = null;
 // A marker on every point (a bar for every iteration) only while the points are few: a long
 // run's tens of thousands of SVG markers take seconds to draw, and a live page redraws on every
@@ -64,7 +65,8 @@ function draw(summary) {
   for (const id of CURRICULUM_PLOTS) {
     document.getElementById(id).parentElement.hidden = !notice.hidden;
   }
-  notice.textContent = !summary.exists
+  // an unreadable aggregates.sqlite: which file, why, and what is still shown
+  notice.textContent = summary.store_error ? summary.store_error : !summary.exists
     ? `${summary.run_dir} does not exist: not yet (a demo makes its RL stage's directory when RL ` +
       "begins), or no longer. The page fills in once a run writes there."
     : `No curriculum iteration in ${summary.run_dir}/curriculum/ yet: the charts fill in as the ` +
@@ -266,13 +268,15 @@ async function refresh() {
   document.getElementById("iteration").textContent = summary.iteration;
   const live = document.getElementById("live");
   const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
-  live.textContent = fresh ? "● live" : summary.updated ? "finished or idle" : "waiting for the run";
+  live.textContent = summary.store_error ? "aggregates unreadable" : fresh ? "● live"
+    : summary.updated ? "finished or idle" : "waiting for the run";
   live.className = fresh ? "on" : "";
   if (summary.iteration !== lastIteration || summary.metrics_step !== lastMetrics ||
-      summary.exists !== lastExists) {
+      summary.exists !== lastExists || summary.store_error !== lastStoreError) {
     lastIteration = summary.iteration;
     lastMetrics = summary.metrics_step;
     lastExists = summary.exists;
+    lastStoreError = summary.store_error;
     series = await api("api/series");
     fillSelect("passrate-domain", ["all", ...series.domains], false);
     fillSelect("item-domain", summary.domains, true);
