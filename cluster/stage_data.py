@@ -24,6 +24,7 @@ from rlcs.data import (
     DatasetError,
     Item,
     decode_image,
+    file_exists,
     load_items,
     open_images,
     read_rows,
@@ -151,7 +152,7 @@ def absolute_images(item: Item, base: Path) -> Item:
     if not item.images:
         return item
     refs = [
-        str((base / r).resolve()) if not r.startswith("data:") and (base / r).is_file() else r
+        str((base / r).resolve()) if not r.startswith("data:") and file_exists(base / r) else r
         for r in item.images
     ]
     return item.model_copy(update={"images": refs})

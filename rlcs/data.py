@@ -1,8 +1,9 @@
 """Dataset items, trajectories, and the JSONL/Parquet loader.
 
 An item is one prompt with its verifiable answer. Images are paths relative to the dataset
-file, or base64 strings (optionally ``data:image/...;base64,`` URLs). Loading validates every
-row and fails on the first bad one with the file, the line (or row) and the reason.
+file, or base64 strings, standard or URL-safe, padded or not (optionally
+``data:image/...;base64,`` URLs). Loading validates every row and fails on the first bad one
+with the file, the line (or row) and the reason.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     """Open an image given as a path relative to ``base_dir`` or as base64; raises ValueError.
 
     ``data:image/...;base64,`` URLs are base64. A plain string is a path if such a file exists,
-    and otherwise is tried as bare base64.
+    and otherwise is tried as bare base64. Base64 is standard or URL-safe, padded or not.
     """
     if ref.startswith("data:"):
         raw = _b64(ref.partition(",")[2])
@@ -113,14 +114,19 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
         raise ValueError("a URL; give a path relative to the dataset file, or base64")
     else:
         path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
-        if path.is_file():
+        if file_exists(path):
             try:
                 raw = path.read_bytes()
             except OSError as e:
                 raise ValueError(f"cannot read {path}: {e.strerror}") from None
         elif len(ref) >= 64 and _B64_RE.fullmatch(ref):
-            raw = _b64(ref)
-        elif path.is_dir():
+            try:
+                raw = _b64(ref)
+            except _Base64Error as e:  # a long name with no dot, or base64 gone wrong
+                raise ValueError(
+                    f"image not found: {path} (nor is it base64: {e.reason})"
+                ) from None
+        elif _is_dir(path):
             raise ValueError(f"a directory, not an image: {path}")
         else:
             raise ValueError(f"image not found: {path}")
@@ -135,7 +141,23 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     return img.convert("RGB")
 
 
-_B64_RE = re.compile(r"[A-Za-z0-9+/\s]+=*\s*")
+def file_exists(path: Path) -> bool:
+    """``path.is_file()``, and False where the OS refuses the name: bare base64 with no '/' is
+    one file name, and one over 255 bytes raises instead of being no file."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+_B64_RE = re.compile(r"[A-Za-z0-9+/_\-\s]+=*\s*")
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -146,7 +168,7 @@ def inline_images(item: Item, base_dir: Path = Path("/")) -> Item:
     refs = []
     for ref in item.images:
         path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
-        if ref.startswith("data:") or not path.is_file():
+        if ref.startswith("data:") or not file_exists(path):
             refs.append(ref)  # base64 already, or not a file: decode_image will say which
             continue
         try:
@@ -163,11 +185,29 @@ _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".web
 
 
 def _b64(text: str) -> bytes:
-    """Decode base64 text; line breaks and spaces (base64 wrapped at 76 columns) are allowed."""
+    """Decode base64 text, standard or URL-safe ('-' and '_' for '+' and '/'), padded or not;
+    line breaks and spaces (base64 wrapped at 76 columns) are allowed."""
+    compact = "".join(text.split())
+    if "-" in compact or "_" in compact:
+        if "+" in compact or "/" in compact:
+            raise _Base64Error("it mixes the standard alphabet ('+', '/') and the URL-safe one "
+                               "('-', '_')")  # fmt: skip
+        compact = compact.translate(_URL_SAFE)
+    if not compact.endswith("="):
+        compact += "=" * (-len(compact) % 4)
     try:
-        return base64.b64decode("".join(text.split()), validate=True)
+        return base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError) as e:
-        raise ValueError(f"invalid base64 image: {e}") from None
+        raise _Base64Error(str(e)) from None
+
+
+_URL_SAFE = str.maketrans("-_", "+/")
+
+
+class _Base64Error(ValueError):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid base64 image: {reason}")
 
 
 def read_rows(path: Path):

@@ -73,6 +73,25 @@ def test_rl_items_whose_ground_truth_is_nan_stop_the_load(tmp_path):
     )
 
 
+def test_rl_items_with_url_safe_base64_images_load(tmp_path):
+    """Bare URL-safe base64 has no '/', so it is one long file name, which the OS refuses
+    (ENAMETOOLONG) where it was asked whether such a file exists."""
+    import base64
+    import io
+    import random
+
+    from cluster.stage_data import load_rl_items
+
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (24, 24), random.Random(0).randbytes(24 * 24 * 3)).save(buf, "PNG")
+    ref = base64.urlsafe_b64encode(buf.getvalue()).decode().rstrip("=")
+    assert len(ref) > 255 and "/" not in ref
+    data = tmp_path / "rl.jsonl"
+    row = {"id": "o1", "domain": "ocr", "prompt": "read", "images": [ref], "answer": "AB"}
+    data.write_text(json.dumps(row) + "\n")
+    assert [it.images for it in load_rl_items([data])] == [[ref]]
+
+
 def test_a_run_never_writes_over_what_it_did_not_make(tmp_path):
     """A finished run (even one whose checkpoints were removed) is refused without --resume,
     and data.synthetic refuses a data/ folder of the user's own; an interrupted build of its

@@ -250,6 +250,41 @@ def test_bom_wrapped_base64_and_image_only_prompts_load(dataset_dir):
     assert [i.id for i in items] == ["a", "b"] and items[0].images == [wrapped]
 
 
+def noisy_png() -> bytes:
+    """A PNG whose base64 has '+' and '/' (so its URL-safe form has '-' and '_'), and whose
+    length is not a multiple of 3 (so the base64 is padded)."""
+    import random
+
+    rng = random.Random(0)
+    for size in range(8, 64):
+        img = Image.frombytes("RGB", (size, size), rng.randbytes(size * size * 3))
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        text = base64.b64encode(buf.getvalue()).decode()
+        if "+" in text and "/" in text and text.endswith("="):
+            return buf.getvalue()
+    raise AssertionError("no such PNG")
+
+
+def test_url_safe_base64_images_load_with_or_without_padding(dataset_dir):
+    from rlcs.data import decode_image
+
+    raw = noisy_png()
+    standard = base64.b64encode(raw).decode()
+    url_safe = base64.urlsafe_b64encode(raw).decode()
+    unpadded = url_safe.rstrip("=")
+    want = Image.open(io.BytesIO(raw)).convert("RGB").tobytes()
+    for ref in (standard, url_safe, unpadded, standard.rstrip("=")):
+        for form in (ref, "data:image/png;base64," + ref):
+            assert decode_image(form, dataset_dir).tobytes() == want, form[:40]
+    rows = [{"id": "a", "domain": "ocr", "prompt": "x", "images": [unpadded]},
+            {"id": "b", "domain": "ocr", "prompt": "x", "images": ["data:image/png;base64," + url_safe]}]  # fmt: skip
+    assert [i.id for i in load_items(write_lines(dataset_dir / "u.jsonl", rows))] == ["a", "b"]
+    mixed = "data:image/png;base64," + standard.replace("/", "_", 1)
+    with pytest.raises(ValueError, match="invalid base64 image: it mixes the standard alphabet"):
+        decode_image(mixed, dataset_dir)
+
+
 def test_a_json_document_is_told_apart_from_json_lines(dataset_dir):
     p = dataset_dir / "d.json"
     p.write_text(json.dumps([{"id": "a", "domain": "math", "prompt": "x"}]))
