@@ -16,6 +16,7 @@ import numpy as np
 from rlcs.curriculum import (
     CURRICULUM_DIR,
     STORE_NAME,
+    CorruptSnapshotError,
     SnapshotError,
     merged_pass_rate,
     read_snapshot,
@@ -33,6 +34,8 @@ class RunReader:
         self.folder = self.run_dir / CURRICULUM_DIR
         self._snap_key: str | None = None
         self._snap: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
+        #: why the latest snapshot cannot be read (a damaged file), or None
+        self.snapshot_error: str | None = None
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
 
     def store(self) -> dict[str, Any]:
@@ -49,13 +52,15 @@ class RunReader:
         if error is None:
             return None
         snap = self.snapshot()
-        saved = (
-            f"the header and the item table come from the run's saved state, "
-            f"{self.folder / (self._snap_key or '')} (iteration {snap[1]['iteration']}), "
-            "which is read separately"
-            if snap
-            else "the run has no saved state to show either"
-        )
+        if snap:
+            saved = (
+                "the header and the item table come from the run's latest saved state in "
+                f"{self.folder} (iteration {snap[1]['iteration']}), which is read separately"
+            )
+        elif self.snapshot_error:
+            saved = "nor can the run's latest saved state (see the item table)"
+        else:
+            saved = "the run has no saved state to show either"
         return (
             f"{self.folder / STORE_NAME} cannot be read ({error}): the curriculum's plots, drawn "
             f"from it, are not shown; {saved}."
@@ -65,11 +70,14 @@ class RunReader:
         pointer = self.folder / LATEST
         key = pointer.read_text().strip() if pointer.is_file() else None
         if key != self._snap_key or self._snap is None:
+            snap, error = None, None
             try:
-                self._snap = read_snapshot(self.folder, mmap=True)
+                snap = read_snapshot(self.folder, mmap=True)
             except (SnapshotError, FileNotFoundError):
-                self._snap = None
-            self._snap_key = key
+                pass
+            except CorruptSnapshotError as e:  # the page names it; the rest is still served
+                error = str(e)
+            self._snap, self.snapshot_error, self._snap_key = snap, error, key
         return self._snap
 
     def summary(self) -> dict[str, Any]:
@@ -96,6 +104,7 @@ class RunReader:
             # can arrive after the curriculum's record of that iteration
             "metrics_step": self.metrics.last_step(),
             "store_error": self.store_error(store.get("error")),
+            "snapshot_error": self.snapshot_error,
         }
 
     def series(self) -> dict[str, Any]:
@@ -172,7 +181,12 @@ class RunReader:
         """A filtered page of the item table from the latest snapshot."""
         snap = self.snapshot()
         if snap is None:
-            return {"total": 0, "rows": [], "snapshot_iteration": None}
+            return {
+                "total": 0,
+                "rows": [],
+                "snapshot_iteration": None,
+                "snapshot_error": self.snapshot_error,
+            }
         arrays, meta = snap
         n = int(meta["num_items"])
         mask = np.ones(n, dtype=bool)

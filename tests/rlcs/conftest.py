@@ -138,9 +138,8 @@ def server(run_dir, dashboard):
 
 
 @pytest.fixture
-def truncated_store_run(tmp_path, dashboard) -> tuple[Path, Path, bytes]:
-    """A run of 300 items after 30 simulated iterations, saved at 30, whose aggregates.sqlite
-    has been cut to half its length: ``(run directory, the store, its whole bytes)``."""
+def saved_run(tmp_path, dashboard) -> Path:
+    """A run of 300 items after 30 simulated iterations, saved at 30, its store closed."""
     items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(300)]
     cur = curriculum_from_items(items, CurriculumConfig(seed=0))
     run = tmp_path / "run"
@@ -148,7 +147,24 @@ def truncated_store_run(tmp_path, dashboard) -> tuple[Path, Path, bytes]:
     skill = np.full(cur.num_items, 0.5)
     dashboard.simulate(cur, 30, np.random.default_rng(2), skill, metrics=True)
     cur.store.close()  # the sampler's WAL is folded into the file
-    store = cur.store.path
+    return run
+
+
+@pytest.fixture
+def truncated_store_run(saved_run) -> tuple[Path, Path, bytes]:
+    """``saved_run`` with its aggregates.sqlite cut to half its length: ``(run directory, the
+    store, its whole bytes)``."""
+    store = saved_run / "curriculum" / "aggregates.sqlite"
     whole = store.read_bytes()
     store.write_bytes(whole[: len(whole) // 2])
-    return run, store, whole
+    return saved_run, store, whole
+
+
+@pytest.fixture
+def damaged_snapshot_run(saved_run) -> tuple[Path, Path]:
+    """``saved_run`` with one array of its latest snapshot cut short: ``(run directory, the
+    snapshot)``."""
+    snap = saved_run / "curriculum" / (saved_run / "curriculum" / "LATEST").read_text().strip()
+    ema = snap / "ema.npy"
+    ema.write_bytes(ema.read_bytes()[:100])
+    return saved_run, snap

@@ -281,3 +281,21 @@ def test_a_truncated_aggregates_store_is_named_on_the_page(browser, truncated_st
         page.wait_for_selector("#plot-reward .main-svg", timeout=20_000)
         assert errors == []
         page.close()
+
+
+def test_a_damaged_snapshot_is_named_above_the_item_table(browser, damaged_snapshot_run, dashboard):
+    run, snap = damaged_snapshot_run
+    with dashboard.serve(run) as url:
+        page = browser.new_page()
+        page.goto(f"{url}/?token={TOKEN}")
+        page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+        assert page.is_visible("#items-error")
+        assert page.text_content("#items-error").startswith(
+            f"curriculum snapshot {snap} is damaged (ema.npy: "
+        )
+        assert page.text_content("#items-note") == "(the saved state cannot be read)"
+        # the curriculum's plots, from the store, are drawn
+        for plot in PLOTS:
+            page.wait_for_selector(f"#{plot} .main-svg", timeout=20_000)
+        assert page.text_content("#iteration") == "30"
+        page.close()

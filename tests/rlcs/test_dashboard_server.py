@@ -85,11 +85,10 @@ def test_a_truncated_aggregates_store_is_named_and_the_rest_still_served(
         summary = httpx.get(f"{url}/api/summary", headers=auth)
         assert summary.status_code == 200
         summary = summary.json()
-        latest = (run / "curriculum" / "LATEST").read_text().strip()
         assert summary["store_error"] == (
             f"{store} cannot be read (database disk image is malformed): the curriculum's "
             "plots, drawn from it, are not shown; the header and the item table come from the "
-            f"run's saved state, {run / 'curriculum' / latest} (iteration 30), which is read "
+            f"run's latest saved state in {run / 'curriculum'} (iteration 30), which is read "
             "separately."
         )
         # the header from the saved state
@@ -107,3 +106,28 @@ def test_a_truncated_aggregates_store_is_named_and_the_rest_still_served(
         store.write_bytes(whole)
         summary = httpx.get(f"{url}/api/summary", headers=auth).json()
         assert summary["store_error"] is None and summary["iteration"] == 30
+
+
+def test_a_damaged_snapshot_is_named_and_the_rest_still_served(damaged_snapshot_run, dashboard):
+    run, snap = damaged_snapshot_run
+    with dashboard.serve(run) as url:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        summary = httpx.get(f"{url}/api/summary", headers=auth)
+        assert summary.status_code == 200
+        summary = summary.json()
+        problem = summary["snapshot_error"]
+        assert problem.startswith(f"curriculum snapshot {snap} is damaged (ema.npy: ")
+        assert "; nothing was changed or removed; older snapshots: state-00000020-" in problem
+        # the header and the curriculum's plots from the store
+        assert summary["iteration"] == 30 and summary["num_items"] == 300
+        assert summary["store_error"] is None and summary["snapshot_iteration"] is None
+        series = httpx.get(f"{url}/api/series", headers=auth).json()
+        assert series["iterations"] == list(range(1, 31))
+        items = httpx.get(f"{url}/api/items", headers=auth)
+        assert items.status_code == 200
+        assert items.json() == {
+            "total": 0,
+            "rows": [],
+            "snapshot_iteration": None,
+            "snapshot_error": problem,
+        }

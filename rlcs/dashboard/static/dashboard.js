@@ -237,8 +237,12 @@ async function loadItems() {
   pageInput.max = String(pages);
   pageInput.value = String(Math.floor(itemsOffset / PAGE_ROWS) + 1);
   document.getElementById("items-pages").textContent = pages.toLocaleString();
-  document.getElementById("items-note").textContent = data.snapshot_iteration === null
-    ? "(no saved state yet)" : `(as saved at iteration ${data.snapshot_iteration})`;
+  const damaged = document.getElementById("items-error");
+  damaged.hidden = !data.snapshot_error;
+  damaged.textContent = data.snapshot_error || "";
+  document.getElementById("items-note").textContent = data.snapshot_error
+    ? "(the saved state cannot be read)" : data.snapshot_iteration === null
+      ? "(no saved state yet)" : `(as saved at iteration ${data.snapshot_iteration})`;
   document.body.dataset.itemsLoaded = String(Date.now());
 }
 
