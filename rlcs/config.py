@@ -231,6 +231,12 @@ class Config(Section):
                 "run.overlap_rollout generates while the learner trains, so the engines cannot "
                 "sleep then: set rollout.sleep_between_iterations false (or overlap_rollout false)"
             )
+        if self.stage == "rl" and self.rollout.n < 2:
+            raise ValueError(
+                f"rollout.n is {self.rollout.n}, but stage rl trains on GRPO groups: a group of "
+                "one rollout is its own mean, so its advantage is always 0 and nothing is "
+                "learnt; give rollout.n of at least 2 (8 by default)"
+            )
         if flash and lc.grpo.share_prompts:
             raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")
         return self

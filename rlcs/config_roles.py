@@ -5,9 +5,10 @@ puts them together with the model, data and run sections into one validated ``Co
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -20,7 +21,9 @@ class RolloutConfig(Section):
     engine: Literal["vllm", "hf"] = "vllm"
     num_workers: int = Field(1, ge=1)
     n: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group size).")
-    temperature: float = Field(1.0, ge=0.0)
+    temperature: float = Field(
+        1.0, description="Sampling temperature, a finite number of at least 0 (0: greedy)."
+    )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="1.0 per the recipe; 0.9 garbles output.")
     max_think_tokens: int = Field(8192, ge=1, description="Thinking budget before force-answering.")
     max_answer_tokens: int = Field(1024, ge=1)
@@ -58,6 +61,16 @@ class RolloutConfig(Section):
         "freed pages, which makes a weight reload about 4x faster; falls back to the system's "
         "with a warning when not installed. Ignored on GPU hosts and by the hf engine.",
     )
+
+    @field_validator("temperature")
+    @classmethod
+    def _finite_temperature(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0.0):  # inf samples uniform noise; NaN poisons logits
+            raise ValueError(
+                "must be a finite number of at least 0: 0 samples greedily, 1 from the "
+                "model's own distribution"
+            )
+        return v
 
 
 class RewardConfig(Section):
@@ -106,7 +119,7 @@ class CurriculumConfig(Section):
         "of its subcategory (meta.subcategory; its domain if none), and so its tier.",
     )
     success_threshold: float = Field(
-        0.5, ge=0.0, le=1.0, description="A rollout with reward >= this counts as a success."
+        0.5, description="A rollout with reward >= this counts as a success; in (0, 1]."
     )
     weight_floor: float = Field(
         0.05, ge=0.0, le=1.0, description="Least per-item tier weight, so no tier starves."
@@ -127,6 +140,21 @@ class CurriculumConfig(Section):
     )
     keep_snapshots: int = Field(2, ge=1, description="Saved states kept in RUN_DIR/curriculum.")
     seed: int = 0
+
+    @field_validator("success_threshold")
+    @classmethod
+    def _threshold_above_zero(cls, v: float) -> float:
+        if v > 1.0:
+            raise ValueError(
+                "must be at most 1: no reward is above 1, so no rollout would count as a "
+                "success; give a reward in (0, 1], e.g. 0.5"
+            )
+        if not v > 0.0:  # NaN too
+            raise ValueError(
+                "must be above 0: every reward is at least 0, so every rollout would count as "
+                "a success; give a reward in (0, 1], e.g. 0.5"
+            )
+        return v
 
     @model_validator(mode="after")
     def _sorted_boundaries(self) -> CurriculumConfig:

@@ -200,3 +200,40 @@ def test_a_run_name_of_dots_is_refused(name):
         load_config(None, ["model.tiny=text", f"run.name={name}"])
     ok = load_config(None, ["model.tiny=text", "run.name=.hidden..run"])
     assert ok.run.name == ".hidden..run"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rollout.temperature=.inf", r"--set: rollout\.temperature: .*must be a finite number of "
+         r"at least 0: 0 samples greedily, 1 from the model's own distribution \(got inf\)"),
+        ("rollout.temperature=.nan", r"rollout\.temperature: .*must be a finite number .*\(got nan\)"),
+        ("rollout.temperature=-0.5", r"rollout\.temperature: .*must be a finite number .*\(got -0\.5\)"),
+        ("curriculum.success_threshold=0", r"--set: curriculum\.success_threshold: .*must be above "
+         r"0: every reward is at least 0, so every rollout would count as a success; give a "
+         r"reward in \(0, 1\], e\.g\. 0\.5 \(got 0\)"),
+        ("curriculum.success_threshold=-0.1", r"curriculum\.success_threshold: .*must be above 0"),
+        ("curriculum.success_threshold=.nan", r"curriculum\.success_threshold: .*must be above 0"),
+        ("curriculum.success_threshold=1.5", r"curriculum\.success_threshold: .*must be at most "
+         r"1: no reward is above 1, so no rollout would count as a success"),
+        ("rollout.n=1", r"rollout\.n is 1, but stage rl trains on GRPO groups: a group of one "
+         r"rollout is its own mean, so its advantage is always 0 and nothing is learnt; give "
+         r"rollout\.n of at least 2 \(8 by default\)"),
+    ],
+)  # fmt: skip
+def test_sampling_settings_that_would_learn_nothing_are_refused(override, message):
+    """An infinite temperature samples uniform noise (NaN logits on the learner), a success
+    threshold of 0 counts every rollout as a success, and a GRPO group of one has no
+    advantage: each ran without a word."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["model.tiny=text", override])
+
+
+def test_one_rollout_a_prompt_is_fine_where_no_group_is_trained():
+    for stage in ("sft", "pretrain"):
+        assert (
+            load_config(None, ["model.tiny=text", f"stage={stage}", "rollout.n=1"]).rollout.n == 1
+        )
+    ok = load_config(None, ["model.tiny=text", "rollout.temperature=0", "rollout.n=2",
+                            "curriculum.success_threshold=1"])  # fmt: skip
+    assert (ok.rollout.temperature, ok.rollout.n, ok.curriculum.success_threshold) == (0, 2, 1)
