@@ -22,11 +22,12 @@ from rlcs.config import Config, ConfigError, SyntheticDataConfig
 from rlcs.data import (
     KNOWN_DOMAINS,
     DatasetError,
+    ImageCheck,
     Item,
+    check_row_images,
     decode_image,
     file_exists,
     load_items,
-    open_images,
     read_rows,
 )
 
@@ -197,13 +198,15 @@ def load_rl_items(
     paths: list[Path],
     custom_domains: Mapping[str, str] | None = None,
     tiers: Sequence[str] | None = None,
+    image_check: ImageCheck = "decode",
 ) -> list[Item]:
     """The items of ``paths`` as RL, evaluation and grading take them: validated (domains of
-    ``reward.custom_domains`` included; a ``difficulty`` tier one of ``tiers`` where given),
-    with their ground truths checked and their image paths made absolute."""
+    ``reward.custom_domains`` included; a ``difficulty`` tier one of ``tiers`` where given;
+    images checked as ``image_check`` says, ``data.image_check``), with their ground truths
+    checked and their image paths made absolute."""
     domains = register_domains(custom_domains or {})
     return [absolute_images(it, p.parent) for p in paths
-            for it in check_ground_truths(p, load_items(p, domains, tiers=tiers))]  # fmt: skip
+            for it in check_ground_truths(p, load_items(p, domains, image_check, tiers))]  # fmt: skip
 
 
 def tier_names(cfg: Config) -> tuple[str, ...]:
@@ -215,9 +218,11 @@ def tier_names(cfg: Config) -> tuple[str, ...]:
 
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
+    images = cfg.data.image_check
     if cfg.stage == "rl":
         custom = cfg.reward.custom_domains
-        items = load_rl_items(train, custom, tier_names(cfg))  # the sampler reads difficulty
+        # the sampler reads difficulty: an item's tier must be one of the curriculum's
+        items = load_rl_items(train, custom, tier_names(cfg), images)
         if not items:
             raise DatasetError(train[0], None, "no rl items")
         absent = sorted(set(cfg.data.domain_weights) - {it.domain for it in items})
@@ -225,17 +230,25 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
             have = ", ".join(sorted({it.domain for it in items}))
             raise ValueError(f"data.domain_weights names {', '.join(map(repr, absent))}, which no "
                              f"RL item has (the items' domains: {have})")  # fmt: skip
-        return StageData(items=items, eval_items=load_rl_items(evals, custom))
+        return StageData(items=items, eval_items=load_rl_items(evals, custom, None, images))
     missing = [p for p in train if not p.is_file()]
     if missing:
         raise DatasetError(missing[0], None, "dataset file not found")
-    rows = [row for p in train for row in _read_rows(p, cfg.stage)]
+    rows, with_images = [], []
+    for p in train:
+        rows += _read_rows(p, cfg.stage, with_images)
     if not rows:
         raise DatasetError(train[0], None, f"no {cfg.stage} examples")
+    # else opened at its step, far into the run, unnamed; checked after every cheaper check
+    check_row_images(with_images, images)
     return StageData(rows=rows)
 
 
-def _read_rows(path: Path, stage: str) -> list[dict[str, Any]]:
+def _read_rows(
+    path: Path, stage: str, with_images: list[tuple[Path, int, list[str]]]
+) -> list[dict[str, Any]]:
+    """The pretraining or SFT rows of ``path``; (path, line, images) of each row with images
+    is added to ``with_images``, for their check."""
     need = ("text",) if stage == "pretrain" else ("prompt", "response")
     rows = []
     for lineno, row in read_rows(path):
@@ -249,7 +262,8 @@ def _read_rows(path: Path, stage: str) -> list[dict[str, Any]]:
         if bad:  # a lone path string would otherwise be read letter by letter
             raise DatasetError(path, lineno, "images: expected a list of paths or base64 "
                                f"strings, got {bad[0]!r:.60}")  # fmt: skip
-        open_images(images, path, lineno)  # else opened at its step, far into the run, unnamed
+        if images:
+            with_images.append((path, lineno, images))
         row["_base"] = str(path.parent)
         rows.append(row)
     return rows

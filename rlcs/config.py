@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     NonNegativeInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -131,6 +132,22 @@ class DataConfig(Section):
         "pretraining text longer than this is cut; any other document longer than this is an error.",
     )
     pack: bool = True
+    image_check: Literal["decode", "header", "off"] = Field(
+        "decode",
+        description="How every image of the stage's data is checked when it loads, before the "
+        "run starts. decode: its pixels are read, as training will (a damaged file stops the "
+        "load). header: only its format and size (a missing file, a file that is no image and "
+        "bad base64 still stop the load; a file cut short in its pixel data stops the run at "
+        "the step that draws it), for corpora too large to decode twice. off: nothing is "
+        "checked; a bad image stops the run where it is drawn. A progress bar shows over "
+        "1000 rows with images.",
+    )
+
+    @field_validator("image_check", mode="before")
+    @classmethod
+    def _off_as_yaml_reads_it(cls, v: Any) -> Any:
+        """YAML reads a bare ``off`` as false (and ``on`` as true)."""
+        return {False: "off", True: "decode"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _weights_positive(self) -> DataConfig:

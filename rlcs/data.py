@@ -19,7 +19,7 @@ import re
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Literal
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -106,39 +106,78 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     ``data:image/...;base64,`` URLs are base64. A plain string is a path if such a file exists,
     and otherwise is tried as bare base64. Base64 is standard or URL-safe, padded or not.
     """
-    if ref.startswith("data:"):
-        raw = _b64(ref.partition(",")[2])
-    elif not ref.strip():
-        raise ValueError("an empty image reference (expected a path or base64)")
-    elif _URL_RE.match(ref):
-        raise ValueError("a URL; give a path relative to the dataset file, or base64")
-    else:
-        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
-        if file_exists(path):
-            try:
-                raw = path.read_bytes()
-            except OSError as e:
-                raise ValueError(f"cannot read {path}: {e.strerror}") from None
-        elif len(ref) >= 64 and _B64_RE.fullmatch(ref):
-            try:
-                raw = _b64(ref)
-            except _Base64Error as e:  # a long name with no dot, or base64 gone wrong
-                raise ValueError(
-                    f"image not found: {path} (nor is it base64: {e.reason})"
-                ) from None
-        elif _is_dir(path):
-            raise ValueError(f"a directory, not an image: {path}")
-        else:
-            raise ValueError(f"image not found: {path}")
+    source = _image_source(ref, base_dir)
+    if isinstance(source, Path):
+        try:
+            source = source.read_bytes()
+        except OSError as e:
+            raise ValueError(f"cannot read {source}: {e.strerror}") from None
+    return _open_image(io.BytesIO(source), len(source), load=True).convert("RGB")
+
+
+#: how ``check_image`` checks an image at load: its pixels, its header only, or not at all
+ImageCheck = Literal["decode", "header", "off"]
+IMAGE_CHECKS: tuple[str, ...] = ("decode", "header", "off")
+
+
+def check_image(ref: str, base_dir: Path, how: ImageCheck = "decode") -> None:
+    """Check that an image opens, as ``decode_image`` would; raises ValueError. ``decode``
+    reads its pixels, as training will; ``header`` only its format and size (PIL's lazy open:
+    a missing file, a file that is no image and bad base64 are caught, a file cut short in
+    its pixel data is not), many times faster; ``off`` checks nothing."""
+    if how == "off":
+        return
+    if how == "decode":
+        decode_image(ref, base_dir)
+        return
+    source = _image_source(ref, base_dir)
+    if not isinstance(source, Path):
+        _open_image(io.BytesIO(source), len(source), load=False)
+        return
     try:
-        img = Image.open(io.BytesIO(raw))
-        img.load()
+        f = source.open("rb")
+        size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise ValueError(f"cannot read {source}: {e.strerror}") from None
+    with f:
+        _open_image(f, size, load=False)
+
+
+def _image_source(ref: str, base_dir: Path) -> Path | bytes:
+    """The file an image reference names, or the bytes its base64 holds; ValueError if
+    neither."""
+    if ref.startswith("data:"):
+        return _b64(ref.partition(",")[2])
+    if not ref.strip():
+        raise ValueError("an empty image reference (expected a path or base64)")
+    if _URL_RE.match(ref):
+        raise ValueError("a URL; give a path relative to the dataset file, or base64")
+    path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+    if file_exists(path):
+        return path
+    if len(ref) >= 64 and _B64_RE.fullmatch(ref):
+        try:
+            return _b64(ref)
+        except _Base64Error as e:  # a long name with no dot, or base64 gone wrong
+            raise ValueError(f"image not found: {path} (nor is it base64: {e.reason})") from None
+    if _is_dir(path):
+        raise ValueError(f"a directory, not an image: {path}")
+    raise ValueError(f"image not found: {path}")
+
+
+def _open_image(fp: BinaryIO, size: int, load: bool) -> Image.Image:
+    """PIL's image of ``fp`` (``size`` bytes), its pixels read when ``load``; ValueError if
+    it is no image or a damaged one."""
+    try:
+        img = Image.open(fp)
+        if load:
+            img.load()
     except UnidentifiedImageError:  # PIL's message names only its in-memory buffer
-        raise ValueError(f"unreadable image (not an image format PIL can open; {len(raw)} "
+        raise ValueError(f"unreadable image (not an image format PIL can open; {size} "
                          "bytes)") from None  # fmt: skip
     except OSError as e:
         raise ValueError(f"unreadable image ({e.__class__.__name__}: {e})") from None
-    return img.convert("RGB")
+    return img
 
 
 def file_exists(path: Path) -> bool:
@@ -302,20 +341,23 @@ def _bytes_as_data_url(ref: Any) -> Any:
 def load_items(
     paths: str | Path | list[str | Path],
     domains: frozenset[str] | set[str] | None = None,
-    check_images: bool = True,
+    check_images: bool | ImageCheck = True,
     tiers: Collection[str] | None = None,
 ) -> list[Item]:
     """Load and validate items from one or more JSONL/Parquet files.
 
     Raises ``DatasetError`` on the first bad row: missing or duplicate ``id``, unknown domain,
-    an unreadable image, a ``difficulty`` that is no pass rate in [0, 1] nor one of ``tiers``
-    (the curriculum's tier names; any name where None), or a malformed row.
+    a ``difficulty`` that is no pass rate in [0, 1] nor one of ``tiers`` (the curriculum's
+    tier names; any name where None), or a malformed row; then on the first unreadable image,
+    checked as ``check_images`` says (``check_image``; True is ``decode``, False ``off``).
     """
+    how = image_check_mode(check_images, "check_images")
     allowed = frozenset(domains) if domains is not None else KNOWN_DOMAINS
     if isinstance(paths, (str, Path)):
         paths = [paths]
     items: list[Item] = []
     seen: dict[str, tuple[str, int]] = {}
+    with_images: list[tuple[Path, int | None, list[str]]] = []
     for p in map(Path, paths):
         if not p.is_file():
             raise DatasetError(p, None, "a directory, not a dataset file" if p.is_dir()
@@ -349,18 +391,50 @@ def load_items(
             if tiers is not None and tier is not None and tier not in tiers:
                 raise DatasetError(p, lineno, f"difficulty: unknown tier {tier!r}: give "
                                    f"a pass rate in [0, 1], or one of {', '.join(tiers)}")  # fmt: skip
-            if check_images:
-                open_images(item.images, p, lineno)
+            if item.images:
+                with_images.append((p, lineno, item.images))
             items.append(item)
+    check_row_images(with_images, how)  # after every cheaper check: it may take long
     return items
 
 
-def open_images(refs: list[str], path: Path, line: int | None) -> None:
+def image_check_mode(value: bool | str, name: str) -> ImageCheck:
+    """``value`` as an ``ImageCheck`` (True: ``decode``, False: ``off``); a ValueError naming
+    ``name`` otherwise."""
+    if isinstance(value, bool):
+        return "decode" if value else "off"
+    if value not in IMAGE_CHECKS:
+        raise ValueError(f"{name} must be {', '.join(IMAGE_CHECKS[:-1])} or {IMAGE_CHECKS[-1]}, "
+                         f"got {value!r}")  # fmt: skip
+    return value  # type: ignore[return-value]
+
+
+#: rows with images above which their check shows a progress bar
+PROGRESS_MIN_ROWS = 1000
+
+
+def check_row_images(rows: list[tuple[Path, int | None, list[str]]], how: ImageCheck) -> None:
+    """Check the images of ``rows`` (dataset file, line, image references) as ``how`` says
+    (``check_image``); a ``DatasetError`` naming the first that fails. Over
+    ``PROGRESS_MIN_ROWS`` rows, under a progress bar: a large corpus takes minutes."""
+    if how == "off" or not rows:
+        return
+    from tqdm import tqdm
+
+    quiet = len(rows) <= PROGRESS_MIN_ROWS
+    with tqdm(total=len(rows), desc=f"checking images ({how})", unit="row", disable=quiet) as bar:
+        for path, line, refs in rows:  # a failure closes the bar before its message shows
+            open_images(refs, path, line, how)
+            bar.update()
+
+
+def open_images(refs: list[str], path: Path, line: int | None, how: ImageCheck = "decode") -> None:
     """Check that each image of the row at ``path:line`` opens (a path relative to the
-    dataset file's folder, or base64); a ``DatasetError`` naming the first that does not."""
+    dataset file's folder, or base64), as ``how`` says (``check_image``); a ``DatasetError``
+    naming the first that does not."""
     for ref in refs:
         try:
-            decode_image(ref, path.parent)
+            check_image(ref, path.parent, how)
         except ValueError as e:
             raise DatasetError(path, line, f"image {_short(ref)}: {e}") from None
 

@@ -229,3 +229,47 @@ def test_stage_data_checks_supervised_images_and_rl_tiers_before_the_run(tmp_pat
     assert stage_error("rl", [rl], "curriculum.tier_names=[a, b, c, d, e]") == (
         "1: difficulty: unknown tier 'hard': give a pass rate in [0, 1], or one of a, b, c, d, e"
     )
+
+
+def test_data_image_check_decides_how_each_stages_images_are_checked(tmp_path):
+    """data.image_check reaches SFT, pretraining and RL loads alike: decode catches a PNG cut
+    short in its pixels, header does not; both catch a missing file; off checks nothing."""
+    import io
+    import random
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "img" / "a.png")
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (64, 64), random.Random(2).randbytes(64 * 64 * 3)).save(buf, "PNG")
+    (tmp_path / "img" / "cut.png").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    rows = {
+        "sft": {"prompt": "a", "response": "b"},
+        "pretrain": {"text": "t"},
+        "rl": {"domain": "ocr", "prompt": "read", "answer": "A"},
+    }
+
+    def load(stage, image, how):
+        p = tmp_path / f"{stage}.jsonl"
+        lines = [{"id": f"r{k}", **rows[stage], "images": [ref]}
+                 for k, ref in enumerate(["img/a.png", image])]  # fmt: skip
+        p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        cfg = load_config(None, ["model.tiny=vlm", f"stage={stage}", f"data.train=[{p}]",
+                                 f"run.root={tmp_path}", f"data.image_check={how}"])  # fmt: skip
+        try:
+            data = load_stage_data(cfg, cfg.run_dir)
+        except DatasetError as e:
+            return str(e).removeprefix(f"{p}:")
+        return len(data.rows or data.items)
+
+    for stage in rows:
+        cut = load(stage, "img/cut.png", "decode")
+        assert cut.startswith("2: image 'img/cut.png': unreadable image (OSError: "), cut
+        assert load(stage, "img/cut.png", "header") == 2
+        gone = f"2: image 'img/gone.png': image not found: {tmp_path / 'img' / 'gone.png'}"
+        assert load(stage, "img/gone.png", "decode") == gone
+        assert load(stage, "img/gone.png", "header") == gone
+        assert load(stage, "img/gone.png", "off") == 2
+    with pytest.raises(
+        Exception, match=r"data\.image_check: Input should be 'decode', 'header' or 'off'"
+    ):
+        load_config(None, ["model.tiny=vlm", "data.image_check=pixels"])

@@ -237,3 +237,11 @@ def test_one_rollout_a_prompt_is_fine_where_no_group_is_trained():
     ok = load_config(None, ["model.tiny=text", "rollout.temperature=0", "rollout.n=2",
                             "curriculum.success_threshold=1"])  # fmt: skip
     assert (ok.rollout.temperature, ok.rollout.n, ok.curriculum.success_threshold) == (0, 2, 1)
+
+
+def test_image_check_off_is_read_as_written(tmp_path):
+    """YAML reads a bare ``off`` as false; data.image_check takes it as the mode it names."""
+    cfg = load_config(write(tmp_path, "model:\n  tiny: text\ndata:\n  image_check: off\n"))
+    assert cfg.data.image_check == "off"
+    assert load_config(write_resolved(cfg, tmp_path / "run")).data.image_check == "off"
+    assert load_config(None, ["model.tiny=text"]).data.image_check == "decode"

@@ -329,3 +329,55 @@ def test_a_file_that_is_not_parquet_is_a_dataset_error(dataset_dir):
     (dataset_dir / "d.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(DatasetError, match=r"d\.parquet: not a readable Parquet file"):
         load_items(dataset_dir / "d.parquet")
+
+
+def truncated_png() -> bytes:
+    """A PNG cut in its pixel data: its header (format, size) reads, its pixels do not."""
+    import random
+
+    buf = io.BytesIO()
+    noise = random.Random(1).randbytes(64 * 64 * 3)
+    Image.frombytes("RGB", (64, 64), noise).save(buf, format="PNG")
+    return buf.getvalue()[: len(buf.getvalue()) // 2]
+
+
+@pytest.mark.parametrize(
+    "image, decode, header",
+    [
+        ("img/cut.png", "unreadable image", None),  # the pixels are checked only by decode
+        ("img/gone.png", "image not found", "image not found"),
+        ("img/text.png", "unreadable image (not an image format", "unreadable image (not an"),
+        ("data:image/png;base64,!!!", "invalid base64", "invalid base64"),
+    ],
+)
+def test_image_checks_decode_or_read_the_header_or_are_off(dataset_dir, image, decode, header):
+    """A million images fully decoded at load cost an hour before the run starts: ``header``
+    opens each one's header (format and size) only, ``off`` checks nothing."""
+    (dataset_dir / "img" / "cut.png").write_bytes(truncated_png())
+    (dataset_dir / "img" / "text.png").write_text("not an image")
+    good = {"id": "ok", "domain": "ocr", "prompt": "read", "images": ["img/a.png"], "answer": "A"}
+    p = write_lines(dataset_dir / "d.jsonl", [good, {**good, "id": "b", "images": [image]}])
+    for how, reason in (("decode", decode), (True, decode), ("header", header)):
+        if reason is None:
+            assert [i.id for i in load_items(p, check_images=how)] == ["ok", "b"]
+            continue
+        with pytest.raises(DatasetError) as e:
+            load_items(p, check_images=how)
+        assert str(e.value).startswith(f"{p}:2: image {image!r}: {reason}"), str(e.value)
+    for how in ("off", False):
+        assert [i.id for i in load_items(p, check_images=how)] == ["ok", "b"]
+    with pytest.raises(ValueError, match="check_images must be decode, header or off, got 'x'"):
+        load_items(p, check_images="x")
+
+
+def test_many_rows_images_are_checked_under_a_progress_bar(dataset_dir, capfd):
+    rows = [{"id": f"i{k}", "domain": "ocr", "prompt": "read", "images": ["img/a.png"]}
+            for k in range(1001)]  # fmt: skip
+    assert (
+        len(load_items(write_lines(dataset_dir / "many.jsonl", rows), check_images="header"))
+        == 1001
+    )
+    bar = capfd.readouterr().err
+    assert "checking images (header)" in bar and "1001/1001" in bar
+    load_items(write_lines(dataset_dir / "few.jsonl", rows[:1000]), check_images="header")
+    assert capfd.readouterr().err == ""
