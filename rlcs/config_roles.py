@@ -76,7 +76,7 @@ class RolloutConfig(Section):
 class RewardConfig(Section):
     num_actors: int = Field(2, ge=1)
     processes_per_actor: int = Field(1, ge=1)
-    timeout_s: float = Field(5.0, gt=0.0)
+    timeout_s: float = Field(5.0, description="Seconds a verifier may take over one item.")
     format: Literal["glm", "bare", "boxed"] = "glm"
     math_rel_tol: float = Field(1e-6, ge=0.0)
     iou_threshold: float = Field(0.5, gt=0.0, lt=1.0)
@@ -90,6 +90,16 @@ class RewardConfig(Section):
         "verifier fault; not a wrong or unreadable answer): drop leaves it out of its group, "
         "for the curriculum's evidence and the GRPO update; zero scores it 0 like a wrong answer.",
     )
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _finite_timeout(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0.0):
+            raise ValueError(
+                "must be a finite number of seconds above 0: 0 would time out every item, and "
+                "inf let a hung verifier hold its batch for ever"
+            )
+        return v
 
 
 class CurriculumConfig(Section):

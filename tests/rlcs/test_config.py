@@ -212,6 +212,9 @@ def test_a_run_name_of_dots_is_refused(name):
         ("curriculum.success_threshold=0", r"--set: curriculum\.success_threshold: .*must be above "
          r"0: every reward is at least 0, so every rollout would count as a success; give a "
          r"reward in \(0, 1\], e\.g\. 0\.5 \(got 0\)"),
+        ("reward.timeout_s=.inf", r"--set: reward\.timeout_s: .*must be a finite number of "
+         r"seconds above 0: 0 would time out every item, and inf let a hung verifier hold its "
+         r"batch for ever \(got inf\)"),
         ("curriculum.success_threshold=-0.1", r"curriculum\.success_threshold: .*must be above 0"),
         ("curriculum.success_threshold=.nan", r"curriculum\.success_threshold: .*must be above 0"),
         ("curriculum.success_threshold=1.5", r"curriculum\.success_threshold: .*must be at most "
@@ -223,8 +226,9 @@ def test_a_run_name_of_dots_is_refused(name):
 )  # fmt: skip
 def test_sampling_settings_that_would_learn_nothing_are_refused(override, message):
     """An infinite temperature samples uniform noise (NaN logits on the learner), a success
-    threshold of 0 counts every rollout as a success, and a GRPO group of one has no
-    advantage: each ran without a word."""
+    threshold of 0 counts every rollout as a success, a GRPO group of one has no advantage,
+    and an infinite reward timeout waits for ever on a hung verifier: each ran without a
+    word."""
     with pytest.raises(ConfigError, match=message):
         load_config(None, ["model.tiny=text", override])
 
