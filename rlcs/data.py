@@ -175,7 +175,7 @@ def _open_image(fp: BinaryIO, size: int, load: bool) -> Image.Image:
     except UnidentifiedImageError:  # PIL's message names only its in-memory buffer
         raise ValueError(f"unreadable image (not an image format PIL can open; {size} "
                          "bytes)") from None  # fmt: skip
-    except OSError as e:
+    except (OSError, Image.DecompressionBombError) as e:  # over 179 million pixels: a bomb
         raise ValueError(f"unreadable image ({e.__class__.__name__}: {e})") from None
     return img
 

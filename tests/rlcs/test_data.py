@@ -381,3 +381,24 @@ def test_many_rows_images_are_checked_under_a_progress_bar(dataset_dir, capfd):
     assert "checking images (header)" in bar and "1001/1001" in bar
     load_items(write_lines(dataset_dir / "few.jsonl", rows[:1000]), check_images="header")
     assert capfd.readouterr().err == ""
+
+
+def test_an_image_too_large_for_pil_is_named_not_raised(dataset_dir):
+    """PIL refuses an image of over 179 million pixels (a decompression bomb) with an error of
+    its own, which escaped the load as a traceback."""
+    import struct
+    import zlib
+
+    png = bytearray(png_bytes())
+    ihdr = struct.pack(">II", 20000, 20000) + bytes(png[24:29])  # 400 million pixels
+    png[16:29], png[29:33] = ihdr, struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    (dataset_dir / "img" / "huge.png").write_bytes(bytes(png))
+    row = {"id": "a", "domain": "ocr", "prompt": "read", "images": ["img/huge.png"]}
+    p = write_lines(dataset_dir / "huge.jsonl", [row])
+    for how in ("decode", "header"):
+        with pytest.raises(DatasetError) as e:
+            load_items(p, check_images=how)
+        assert str(e.value).startswith(
+            f"{p}:1: image 'img/huge.png': unreadable image (DecompressionBombError: Image size "
+            "(400000000 pixels) exceeds limit"
+        )
