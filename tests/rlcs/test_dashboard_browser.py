@@ -272,7 +272,7 @@ def test_a_truncated_aggregates_store_is_named_on_the_page(browser, truncated_st
         notice = page.text_content("#no-iterations")
         assert page.is_visible("#no-iterations")
         assert notice.startswith(f"{store} cannot be read (database disk image is malformed)")
-        assert "the header and the item table come from the run's saved state" in notice
+        assert "the header and the item table come from the run's latest saved state in" in notice
         assert all(page.is_hidden(f"#{plot}") for plot in PLOTS)
         assert page.text_content("#live") == "aggregates unreadable"
         assert page.text_content("#iteration") == "30"
