@@ -94,9 +94,11 @@ RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weigh
 def stage_settings(cfg: Config) -> dict:
     """What a demo stage's result depends on: its whole resolved config, less the parts that
     only RL reads when the stage is pretraining or SFT. The time limit is left out: it is what
-    the demo's budget left when the stage started, and a stage that finished under it is done."""
+    the demo's budget left when the stage started, and a stage that finished under it is done;
+    so is ``data.image_check``, which checks the data without changing it."""
     out = cfg.model_dump(mode="json")
     del out["run"]["max_wall_s"]
+    del out["data"]["image_check"]  # how the data is checked at load, not what is trained
     if cfg.stage != "rl":
         for path in RL_ONLY:
             *parents, key = path.split(".")

@@ -55,7 +55,7 @@ def eval_files(
 
     if out is not None and out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
-    items = load_rl_items(list(inputs), cfg.reward.custom_domains)
+    items = load_rl_items(list(inputs), cfg.reward.custom_domains, image_check=cfg.data.image_check)
     if not items:
         raise ValueError("no items to evaluate")
     if out is not None:  # after the items: it makes --out's folder, which a refusal must not

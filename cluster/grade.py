@@ -189,7 +189,8 @@ def grade_files(
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
     check_sampling(cfg.rollout)
     domains = register_domains(cfg.reward.custom_domains)
-    loaded = [(p, check_ground_truths(p, load_items(p, domains))) for p in inputs]
+    loaded = [(p, check_ground_truths(p, load_items(p, domains, cfg.data.image_check)))
+              for p in inputs]  # fmt: skip
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
         raise ValueError("no items to grade")

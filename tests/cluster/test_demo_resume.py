@@ -94,8 +94,10 @@ def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):
     # RL's own stage counts every setting
     assert settings("rl") != settings("rl", "rollout.temperature=1.0")
     # but not the time limit the demo's budget gives it: a stage that finished is done
+    # nor how the data is checked at load, which does not change it
     for stage in ("pretrain", "sft", "rl"):
         assert settings(stage) == settings(stage, "run.max_wall_s=300")
+        assert settings(stage) == settings(stage, "data.image_check=header")
 
 
 @pytest.mark.slow
