@@ -29,6 +29,9 @@ from rlcs.curriculum.quotas import split_quota, spread_over_tiers
 from rlcs.curriculum.tiers import TierScheme, tier_weights
 
 HIST_BINS = 20
+#: The histogram's bins cut at their edges as the tiers do at their boundaries: a rate on an
+#: edge, as stored in float16 (0.9 as 0.8999), counts in the bin above it, as in the tier above.
+_HIST_EDGES = TierScheme(np.arange(1, HIST_BINS) / HIST_BINS)
 
 
 class ReportError(ValueError):
@@ -140,7 +143,11 @@ class Curriculum:
             n = self.num_items
             self.pools = TierPools.from_flat(saved["pool_flat"], saved["pool_sizes"], n)
             self._sum_p = np.array(saved["sum_p"], np.float64)
-            self.histogram = np.array(saved["histogram"], np.int64)
+            # counted again from the rates: a snapshot from before the bins cut at their
+            # edges as the tiers do may hold items one bin low
+            p = self.pass_rate()
+            seen = ~np.isnan(p)
+            self.histogram = np.bincount(self._bins(p[seen]), minlength=HIST_BINS).astype(np.int64)
             return
         p = self.pass_rate()
         self.tier = self.scheme.tier_of(p)
@@ -153,7 +160,7 @@ class Curriculum:
 
     @staticmethod
     def _bins(p: np.ndarray) -> np.ndarray:
-        return np.minimum((p * HIST_BINS).astype(np.int64), HIST_BINS - 1)
+        return _HIST_EDGES.tier_of(p).astype(np.int64)
 
     def nbytes(self) -> int:
         """Bytes held for the items: every per-item array plus the pools' capacity."""

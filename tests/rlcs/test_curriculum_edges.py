@@ -14,10 +14,12 @@ from rlcs.curriculum import (
     Curriculum,
     SnapshotError,
     TierScheme,
+    curriculum_from_items,
     read_store,
     select_balanced,
 )
 from rlcs.curriculum.snapshot import LATEST, latest_snapshot
+from rlcs.data import Item
 
 
 def consistent(cur: Curriculum) -> None:
@@ -209,3 +211,24 @@ def test_closing_an_iteration_twice_keeps_its_stored_aggregates(tmp_path):
         (1, 8, 8)
     ]
     assert sum(t["groups"] for t in stored["tiers"]) == 8
+
+
+def test_histogram_bins_rates_on_their_edges_as_the_tiers_do_and_a_restore_recounts_them(tmp_path):
+    # one item per rate k/20 (k of 20 rollouts right): every bin edge, each stored in float16
+    items = [Item(id=f"i{k}", domain="math", prompt="?") for k in range(21)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0, offline_prior_weight=0.0))
+    ids = cur.id_of(cur.next_batch(21))
+    assert sorted(ids) == sorted(f"i{k}" for k in range(21))
+    right = np.array([int(i[1:]) for i in ids])
+    cur.report(ids, (np.arange(20)[None, :] < right[:, None]).astype(float))
+    expected = np.bincount(np.minimum(np.arange(21), 19), minlength=20)  # k/20 in bin k
+    assert cur.histogram.tolist() == expected.tolist()
+    # the tiers agree: every very_easy item (0.9 and up) in a bin from 0.9 up
+    very_easy = cur.tier == cur.scheme.names.index("very_easy")
+    assert sorted(cur.id_of(np.flatnonzero(very_easy))) == sorted(f"i{k}" for k in range(18, 21))
+    # a snapshot from before these bins restores with its histogram counted again
+    cur.histogram = np.bincount(np.minimum((cur.pass_rate(np.arange(21)) * 20).astype(int), 19),
+                                minlength=20)  # fmt: skip
+    assert cur.histogram.tolist() != expected.tolist()  # the old bins put 0.05 in bin 0, ...
+    cur.save(tmp_path)
+    assert Curriculum.restore(tmp_path, attach=False).histogram.tolist() == expected.tolist()
