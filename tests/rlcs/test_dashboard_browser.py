@@ -22,6 +22,18 @@ TOKEN = "s3cret-dashboard-token"  # the token of conftest.py's DashboardHarness
 PLOTS = ["plot-tiers", "plot-passrate", "plot-expansion", "plot-valid", "plot-hist", "plot-sampled"]
 
 
+def open_page(browser, url: str):
+    """The page at ``url`` once its item table has loaded, and the list its script errors and
+    console errors are collected into."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+    page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+    return page, errors
+
+
 @pytest.mark.slow
 def test_page_renders_every_plot_and_the_table_filters(server, browser, run_dir, tmp_path_factory):
     page = browser.new_page(viewport={"width": 1440, "height": 1250})
@@ -156,12 +168,7 @@ def test_a_run_that_has_not_started_says_so_and_fills_in_without_a_reload(
     (run / "driver.lock").write_text("")  # what a starting run writes first
     assert not_a_run(run) is None
     with dashboard.serve(run) as url:
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(f"{url}/?token={TOKEN}&refresh=1")
-        page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+        page, errors = open_page(browser, f"{url}/?token={TOKEN}&refresh=1")
         # a notice instead of empty axes, and the table says why it is empty
         assert page.is_visible("#no-iterations")
         assert f"No curriculum iteration in {run}/curriculum/ yet" in page.text_content(
@@ -263,12 +270,7 @@ def test_item_table_pages_through_every_match(server, browser):
 def test_a_truncated_aggregates_store_is_named_on_the_page(browser, truncated_store_run, dashboard):
     run, store, _ = truncated_store_run
     with dashboard.serve(run) as url:
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(f"{url}/?token={TOKEN}")
-        page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+        page, errors = open_page(browser, f"{url}/?token={TOKEN}")
         notice = page.text_content("#no-iterations")
         assert page.is_visible("#no-iterations")
         assert notice.startswith(f"{store} cannot be read (database disk image is malformed)")
