@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from rlcs.data import (
     load_items,
     read_rows,
 )
+
+log = logging.getLogger(__name__)
 
 SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
 
@@ -216,6 +219,20 @@ def tier_names(cfg: Config) -> tuple[str, ...]:
     return tuple(n for n in TierScheme.from_config(cfg.curriculum).names if n != UNSEEN)
 
 
+def _warn_unweighted(weights: Mapping[str, float], items: Sequence[Item]) -> None:
+    """Name the domains that hold RL items but get no share of the batch: left out of a
+    ``data.domain_weights`` that names others, or given 0, they are never drawn."""
+    if not weights:
+        return
+    held: dict[str, int] = {}
+    for it in items:
+        held[it.domain] = held.get(it.domain, 0) + 1
+    unweighted = [f"{d} ({n} items)" for d, n in sorted(held.items()) if not weights.get(d)]
+    if unweighted:
+        log.warning("data.domain_weights gives no share to %s: the sampler never draws them; "
+                    "give each a weight to train on it", ", ".join(unweighted))  # fmt: skip
+
+
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     images = cfg.data.image_check
@@ -230,6 +247,7 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
             have = ", ".join(sorted({it.domain for it in items}))
             raise ValueError(f"data.domain_weights names {', '.join(map(repr, absent))}, which no "
                              f"RL item has (the items' domains: {have})")  # fmt: skip
+        _warn_unweighted(cfg.data.domain_weights, items)
         return StageData(items=items, eval_items=load_rl_items(evals, custom, None, images))
     missing = [p for p in train if not p.is_file()]
     if missing:

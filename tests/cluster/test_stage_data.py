@@ -179,6 +179,27 @@ def test_domain_weights_must_name_domains_the_items_have(tmp_path):
         load_stage_data(cfg, cfg.run_dir)
 
 
+def test_domains_with_items_but_no_weight_are_named_in_a_warning(tmp_path, caplog):
+    rows = [{"id": f"{d}{i}", "domain": d, "prompt": "1+1", "answer": "2"}
+            for d in ("math", "chart", "vqa") for i in range(2)]  # fmt: skip
+    data = tmp_path / "rl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["model.tiny=text", f"data.train={json.dumps([str(data)])}", f"run.root={tmp_path}"]
+    cfg = load_config(None, [*base, 'data.domain_weights={"math": 1, "vqa": 0}'])
+    with caplog.at_level("WARNING", logger="cluster.stage_data"):
+        load_stage_data(cfg, cfg.run_dir)
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.domain_weights gives no share to chart (2 items), vqa (2 items): the sampler never "
+        "draws them; give each a weight to train on it"
+    ]
+    caplog.clear()
+    for weights in ("{}", '{"math": 1, "chart": 1, "vqa": 2}'):  # by item count, or all named
+        cfg = load_config(None, [*base, f"data.domain_weights={weights}"])
+        with caplog.at_level("WARNING", logger="cluster.stage_data"):
+            load_stage_data(cfg, cfg.run_dir)
+        assert caplog.records == []
+
+
 def test_a_tiny_models_tokenizer_learns_its_merges_from_the_corpus(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
