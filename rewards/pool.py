@@ -116,11 +116,11 @@ def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
 
 
 class _Job:
-    __slots__ = ("results", "remaining", "done", "timeout_s", "callback")
+    __slots__ = ("results", "remaining", "done", "callback")
 
-    def __init__(self, n: int, timeout_s: float, callback: Any = None) -> None:
+    def __init__(self, n: int, callback: Any = None) -> None:
         self.results: list[Outcome | None] = [None] * n
-        self.remaining, self.timeout_s, self.callback = n, timeout_s, callback
+        self.remaining, self.callback = n, callback
         self.done = threading.Event()
         if n == 0:
             self.finish()
@@ -133,10 +133,11 @@ class _Job:
 
 
 class _Entry:
-    __slots__ = ("job", "index", "task", "attempts")
+    __slots__ = ("job", "index", "task", "attempts", "timeout_s")
 
-    def __init__(self, job: _Job, index: int, task: Task) -> None:
+    def __init__(self, job: _Job, index: int, task: Task, timeout_s: float) -> None:
         self.job, self.index, self.task, self.attempts = job, index, task, 0
+        self.timeout_s = timeout_s
 
 
 class _Worker:
@@ -224,24 +225,33 @@ class WorkerPool:
         self._thread.start()
 
     # -- callers ---------------------------------------------------------------------------
-    def run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:
-        """Verify every task; each gets at most ``timeout_s`` of wall-clock time in a worker."""
+    def run(self, tasks: Sequence[Task], timeout_s: float | Sequence[float]) -> list[Outcome]:
+        """Verify every task; each gets at most ``timeout_s`` of wall-clock time in a worker
+        (one limit for all, or one a task)."""
         job = self.submit(tasks, timeout_s)
         while not job.done.wait(1.0):
             if not self._thread.is_alive():
                 return [r or (0.0, "pool", "the worker pool stopped") for r in job.results]
         return job.results  # type: ignore[return-value]
 
-    def submit(self, tasks: Sequence[Task], timeout_s: float, callback: Any = None) -> _Job:
+    def submit(
+        self, tasks: Sequence[Task], timeout_s: float | Sequence[float], callback: Any = None
+    ) -> _Job:
         """Queue ``tasks``; ``callback(outcomes)`` runs on the dispatcher thread when done."""
-        job = _Job(len(tasks), timeout_s, callback)
+        limits = [timeout_s] * len(tasks) if isinstance(timeout_s, (int, float)) else timeout_s
+        if len(limits) != len(tasks):
+            raise ValueError(f"{len(limits)} timeouts for {len(tasks)} tasks")
+        job = _Job(len(tasks), callback)
         if self._closed or not self._thread.is_alive():
             job.results = [(0.0, "pool", "the worker pool is closed or stopped")] * len(tasks)
             job.remaining = 0
             job.finish()
             return job
         with self._lock:
-            self._pending.extend(_Entry(job, i, t) for i, t in enumerate(tasks))
+            self._pending.extend(
+                _Entry(job, i, t, float(lim))
+                for i, (t, lim) in enumerate(zip(tasks, limits, strict=True))
+            )
         self._wake()
         return job
 
@@ -377,9 +387,9 @@ class WorkerPool:
                 continue
             pos, start = cur
             if pos >= len(w.chunk):  # a taken-back item it started anyway; it runs elsewhere too
-                pos, limit = -1, max(e.job.timeout_s for e in w.chunk)
+                pos, limit = -1, max(e.timeout_s for e in w.chunk)
             else:
-                limit = w.chunk[pos].job.timeout_s
+                limit = w.chunk[pos].timeout_s
             if now - start > limit and not w.conn.poll():
                 self.stats["killed"] += 1
                 self._lost(w, pos, "timeout", f"no result within {limit:g} s; worker killed")

@@ -224,7 +224,7 @@ class RewardScorer:
     ) -> list[ScoreResult]:
         """Score many items in parallel; each gets at most ``timeout_s`` in a worker."""
         plan = self._plan(items, timeout_problem(timeout_s) if timeout_s is not None else None)
-        outcomes = self.pool.run(plan.pooled, self._timeout(timeout_s)) if plan.pooled else []
+        outcomes = self.pool.run(plan.pooled, self._limits(plan, timeout_s)) if plan.pooled else []
         return self._complete(plan, outcomes)
 
     async def score_batch_async(
@@ -240,12 +240,15 @@ class RewardScorer:
             def done(result: list[Outcome]) -> None:
                 loop.call_soon_threadsafe(_resolve, future, result)
 
-            self.pool.submit(plan.pooled, self._timeout(timeout_s), done)
+            self.pool.submit(plan.pooled, self._limits(plan, timeout_s), done)
             outcomes = await future
         return self._complete(plan, outcomes)
 
-    def _timeout(self, timeout_s: float | None) -> float:
-        return self.timeout_s if timeout_s is None else float(timeout_s)
+    def _limits(self, plan: _Plan, timeout_s: float | None) -> list[float]:
+        """Each pooled task's time limit: its item's own ``timeout_s`` option, else the
+        batch's, else the scorer's."""
+        default = self.timeout_s if timeout_s is None else float(timeout_s)
+        return [float(task[3].get("timeout_s", default)) for task in plan.pooled]
 
     def _plan(self, items: Iterable[Any], refused: str | None = None) -> _Plan:
         """Gate, extract and look up the cache in this process; say what remains to verify.

@@ -57,6 +57,22 @@ def test_a_reward_outside_the_unit_interval_is_reported(bad_scorer):
     assert bad_scorer.score("out_of_range", "nan", None).error == "verifier"
 
 
+def test_an_items_own_timeout_applies_within_a_batch(bad_scorer):
+    items = [("hang", "ok", None)] * 4 + [("hang", "hang", None, {"timeout_s": 0.3})]
+    start = time.monotonic()
+    results = bad_scorer.score_batch(items, timeout_s=5.0)  # the batch's limit, for the others
+    assert time.monotonic() - start < 0.3 + 1.0
+    assert (results[4].error, results[4].detail) == (
+        "timeout",
+        "no result within 0.3 s; worker killed",
+    )
+    assert [r.reward for r in results[:4]] == [1.0] * 4
+    # through score() too, where timeout_s is the call's own
+    start = time.monotonic()
+    assert bad_scorer.score("hang", "hang", None, timeout_s=0.3).error == "timeout"
+    assert time.monotonic() - start < 0.3 + 1.0
+
+
 def test_pool_keeps_working_after_kills(bad_scorer):
     bad_scorer.score_batch([("hang", "hang", None)], timeout_s=0.3)
     assert [r.reward for r in bad_scorer.score_batch([("hang", "ok", None)] * 10)] == [1.0] * 10
