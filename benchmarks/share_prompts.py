@@ -57,7 +57,8 @@ def main() -> None:
     from actors.learner import Learner
     from actors.learner_batches import prepare_step
     from rlcs.config import load_config
-    from rlcs.data import decode_image, load_items
+    from rlcs.data import load_items
+    from rlcs.images import decode_image
 
     config = load_config(args.run / "config.yaml", args.overrides)
     groups = rollout_groups(args.run, args.groups)

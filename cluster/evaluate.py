@@ -20,7 +20,8 @@ from actors.rollout.worker import RolloutWorker
 from cluster.placement import thread_env
 from rewards.base import is_unscorable
 from rlcs.config import RolloutConfig
-from rlcs.data import Item, inline_images
+from rlcs.data import Item
+from rlcs.images import inline_images
 
 
 def figures(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -22,8 +22,9 @@ import ray
 from actors.weights import WeightSyncError
 from rewards.base import is_unscorable
 from rlcs.config import Config
-from rlcs.data import Item, Trajectory, decode_image
+from rlcs.data import Item, Trajectory
 from rlcs.group_filters import filtered_out
+from rlcs.images import decode_image
 
 log = logging.getLogger(__name__)
 

@@ -20,17 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcs.config import Config, ConfigError, SyntheticDataConfig
-from rlcs.data import (
-    KNOWN_DOMAINS,
-    DatasetError,
-    ImageCheck,
-    Item,
-    check_row_images,
-    decode_image,
-    file_exists,
-    load_items,
-    read_rows,
-)
+from rlcs.data import KNOWN_DOMAINS, DatasetError, Item, check_row_images, load_items, read_rows
+from rlcs.images import ImageCheck, decode_image, file_exists
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-from rlcs.data import Item, Trajectory, inline_images
+from rlcs.data import Item, Trajectory
+from rlcs.images import inline_images
 from rlcs.prompts import balance, expected_cost
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ import ray
 
 from actors.rollout.engine import GenRequest, GenResult
 from rlcs.config import RolloutConfig
-from rlcs.data import Item, Trajectory, decode_image
+from rlcs.data import Item, Trajectory
+from rlcs.images import decode_image
 from rlcs.prompts import (
     Budget,
     BudgetRule,

@@ -15,7 +15,7 @@ from actors.learner_model import load_processors
 from cluster.demo import DEFAULT_CONFIG
 from cluster.stage_data import load_stage_data, supervised_batch
 from rlcs.config import load_config
-from rlcs.data import decode_image
+from rlcs.images import decode_image
 from rlcs.prompts import force_answer_ids, render_prompt
 
 

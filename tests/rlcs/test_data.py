@@ -184,7 +184,7 @@ def test_an_output_file_is_checked_before_the_work(tmp_path):
 def test_inline_images_carries_the_files_bytes(tmp_path, shapes_image):
     import numpy as np
 
-    from rlcs.data import decode_image, inline_images
+    from rlcs.images import decode_image, inline_images
 
     shapes_image.save(tmp_path / "a.png")
     shapes_image.save(tmp_path / "b.jpg", quality=90)
@@ -267,7 +267,7 @@ def noisy_png() -> bytes:
 
 
 def test_url_safe_base64_images_load_with_or_without_padding(dataset_dir):
-    from rlcs.data import decode_image
+    from rlcs.images import decode_image
 
     raw = noisy_png()
     standard = base64.b64encode(raw).decode()
@@ -320,7 +320,7 @@ def test_parquet_rows_come_back_as_written(dataset_dir):
     assert [i.answer for i in items] == answers
     assert items[0].meta == {"src": "x"} and items[1].meta == {}
     assert items[0].images[0].startswith("data:") and items[1].images == []
-    from rlcs.data import decode_image
+    from rlcs.images import decode_image
 
     assert decode_image(items[0].images[0], dataset_dir).size == (16, 12)
 
