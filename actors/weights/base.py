@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -64,15 +65,22 @@ class SyncReport:
 def dedupe_tied(
     named_tensors: Iterable[tuple[str, torch.Tensor]], skipped: list[str]
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Drop tensors that alias one already yielded (tied embeddings); record their names."""
-    seen: set[tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype]] = set()
+    """Drop tensors that alias one already yielded (tied embeddings); record their names.
+
+    An alias is a tensor over the same, still living storage at the same place. The address
+    alone is not enough: a stream of fresh copies (ZeRO-3 gathers a module, copies it and lets
+    it go once its bucket is sent) gets a freed copy's memory back for the next one of the
+    same size, which is a different weight."""
+    seen: dict[tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype], weakref.ref] = {}
     for name, t in named_tensors:
-        key = (t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size(),
+        storage = t.untyped_storage()
+        key = (storage.data_ptr() + t.storage_offset() * t.element_size(),
                tuple(t.shape), tuple(t.stride()), t.dtype)  # fmt: skip
-        if t.numel() and key in seen:
+        earlier = seen.get(key)
+        if t.numel() and earlier is not None and earlier() is storage:
             skipped.append(name)
             continue
-        seen.add(key)
+        seen[key] = weakref.ref(storage)
         yield name, t
 
 

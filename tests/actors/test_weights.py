@@ -37,6 +37,27 @@ def test_tied_embeddings_are_sent_once(tmp_path):
     assert skipped == ["lm_head.weight"] and "model.embed_tokens.weight" in names
 
 
+def test_fresh_copies_in_freed_memory_are_not_taken_for_tied_weights():
+    """ZeRO-3 pushes a copy of each gathered module and frees it once its bucket is sent, so
+    the next copy of the same size often lands at the same address: it is another weight and
+    must be sent. A real alias is still dropped after the views of the first one are gone."""
+    layers = [torch.nn.Parameter(torch.randn(64, 64)) for _ in range(16)]
+    embed = torch.nn.Parameter(torch.randn(32, 16))
+
+    def stream():
+        yield "embed.weight", embed.detach()
+        for i, p in enumerate(layers):
+            yield f"layers.{i}.weight", p.detach().clone()
+        yield "lm_head.weight", embed.detach()  # tied: the same storage, still alive
+
+    skipped: list[str] = []
+    sent = []
+    for bucket in iter_buckets(dedupe_tied(stream(), skipped), bucket_bytes=64 * 64 * 4):
+        sent += [name for name, _ in bucket]
+    assert skipped == ["lm_head.weight"]
+    assert sent == ["embed.weight"] + [f"layers.{i}.weight" for i in range(16)]
+
+
 def test_first_mismatching_tensor_is_named():
     exp = {"a": "1", "b": "2", "c": "3"}
     with pytest.raises(WeightSyncError, match="mismatch on tensor 'b'"):
