@@ -43,7 +43,7 @@ class HFEngine:
         batch_size: int = 64,
         share_prefill: bool = True,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if batch_size < 1:
@@ -69,6 +69,15 @@ class HFEngine:
         self.model = model_cls.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(self.device).eval()
         self.pad_id = self.tokenizer.pad_token_id
+        # _RowSampler samples from the model's own logits and reports their logprobs, as vLLM
+        # does with explicit sampling parameters. A checkpoint's generation defaults
+        # (repetition_penalty, no_repeat_ngram_size, min_new_tokens, bad_words_ids, ...) would
+        # otherwise change the logits before it sees them.
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=self.model.generation_config.bos_token_id,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.pad_id,
+        )
         # A sampled image/video placeholder would be taken for an image slot on the next forward
         # pass (GLM-4.1V counts them), so a VLM never emits them.
         ids = self.tokenizer.convert_tokens_to_ids

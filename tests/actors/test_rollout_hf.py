@@ -208,6 +208,36 @@ def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image
     assert len({tuple(t.token_ids) for t in runs[64] if t.item_id == "t2"}) > 1
 
 
+def test_a_checkpoints_generation_defaults_do_not_bend_the_samples(tiny_text_model, tmp_path):
+    """A published checkpoint's generation_config may ask for a repetition penalty or forbid
+    repeated n-grams; transformers would apply them to the logits before the engine samples.
+    The rollouts must come from the model's own distribution, with its own logprobs (as vLLM
+    gives them, with explicit sampling parameters): greedy is the plain argmax."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from actors.rollout import RolloutWorkerImpl
+
+    path = tmp_path / "model"
+    shutil.copytree(tiny_text_model, path)
+    gen = GenerationConfig.from_pretrained(path)
+    gen.update(repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=THINK)
+    gen.save_pretrained(path)
+    base = dict(engine="hf", n=1, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=1)
+    items = ITEMS + [{"id": "t2", "domain": "math", "prompt": "Add 12 and 30, then halve it."}]
+    trajs = RolloutWorkerImpl(str(path), base).generate(items, step=0, temperature=0.0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.float32).eval()
+    for t in trajs:
+        ids = torch.tensor([t.prompt_token_ids + t.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1]
+        sampled = [i for i, lp in enumerate(t.logprobs) if not (t.forced_answer and lp == 0.0)]
+        assert [t.token_ids[i] for i in sampled] == logits.argmax(-1)[sampled].tolist()
+        ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(t.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(t.logprobs)[sampled], ref[sampled], atol=1e-4)
+
+
 def test_an_items_samples_share_one_prefill(tiny_vlm, shapes_image, tmp_path, monkeypatch):
     """The n samples of an image prompt are prefilled once and continue from copies of its KV
     cache: the same tokens and logprobs as prefilling every row, with fewer prefilled rows."""
