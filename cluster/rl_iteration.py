@@ -161,7 +161,10 @@ def top_up(
         missing = batch - len(acc.selected)
         if missing <= 0:
             return
-        useful = (acc.valid - acc.filtered) / max(acc.groups, 1)
+        # dapo_filter selects every valid group the filter let through, up to the round's
+        # batch, and a round that fills it ends the top-up: the useful groups are the selected
+        # ones (valid minus barred would count a barred group that was not valid twice)
+        useful = len(acc.selected) / max(acc.groups, 1)
         n = min(batch, math.ceil(missing / useful)) if useful > 0 else batch
         with timed(timings, "sampler"):
             ids = ray.get(roles.sampler.extra.remote(n))
