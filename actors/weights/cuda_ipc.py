@@ -1,8 +1,10 @@
 """CUDA-IPC transport: for engines colocated with the learner on the same GPU.
 
 Each bucket is packed into one contiguous CUDA buffer; the engines open it through a CUDA IPC
-handle and copy out of it, so no byte leaves the GPU. The learner keeps the buffer alive until
-every engine has committed. GPU only; covered by ``gpu``-marked tests.
+handle and copy out of it, so no byte leaves the GPU. An engine has its copy (synchronized) when
+its ``receive_weights`` returns, and the next bucket is sent only after that, so the learner
+holds one bucket's buffer at a time, not a second copy of the whole model on a GPU it shares
+with the engines. GPU only; covered by ``gpu``-marked tests.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class CudaIpcTransport(WeightTransport):
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:
         if bucket[0][1].device.type != "cuda":
             raise ValueError("cuda_ipc needs the learner's tensors on a CUDA device")
+        # every engine has copied the previous bucket out (``push`` waited for it): let it go
+        self._alive.clear()
         buf, entries = pack(bucket)
         torch.cuda.synchronize()
         self._alive.append(buf)

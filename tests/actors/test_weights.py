@@ -58,6 +58,35 @@ def test_fresh_copies_in_freed_memory_are_not_taken_for_tied_weights():
     assert sent == ["embed.weight"] + [f"layers.{i}.weight" for i in range(16)]
 
 
+def test_cuda_ipc_holds_one_buckets_buffer_at_a_time(monkeypatch):
+    """A bucket is sent once every engine has copied the one before out of its IPC memory, so
+    the learner keeps only the bucket in flight, not a second copy of the whole model on the
+    GPU it shares with the engines (stand-ins for the CUDA calls: no GPU here)."""
+    import weakref
+    from types import SimpleNamespace
+
+    from actors.weights import cuda_ipc
+
+    packed: list[weakref.ref] = []
+
+    def pack(bucket):
+        buf = torch.empty(16, dtype=torch.uint8)
+        packed.append(weakref.ref(buf))
+        return buf, []
+
+    monkeypatch.setattr(cuda_ipc, "pack", pack)
+    monkeypatch.setattr(cuda_ipc, "encode", lambda buf, entries: {})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    worker = SimpleNamespace(receive_weights=SimpleNamespace(remote=lambda *args: None))
+    transport = cuda_ipc.CudaIpcTransport([worker])
+    on_gpu = SimpleNamespace(device=torch.device("cuda"))
+    for index in range(3):
+        transport._send_bucket([("w", on_gpu)], index)
+        assert [r() is not None for r in packed] == [False] * index + [True]
+    transport._cleanup()
+    assert all(r() is None for r in packed)
+
+
 def test_first_mismatching_tensor_is_named():
     exp = {"a": "1", "b": "2", "c": "3"}
     with pytest.raises(WeightSyncError, match="mismatch on tensor 'b'"):
