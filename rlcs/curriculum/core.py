@@ -145,9 +145,7 @@ class Curriculum:
             self._sum_p = np.array(saved["sum_p"], np.float64)
             # counted again from the rates: a snapshot from before the bins cut at their
             # edges as the tiers do may hold items one bin low
-            p = self.pass_rate()
-            seen = ~np.isnan(p)
-            self.histogram = np.bincount(self._bins(p[seen]), minlength=HIST_BINS).astype(np.int64)
+            self.histogram = self._count_histogram(self.pass_rate())
             return
         p = self.pass_rate()
         self.tier = self.scheme.tier_of(p)
@@ -156,7 +154,11 @@ class Curriculum:
         seen = ~np.isnan(p)
         sums = np.bincount(keys[seen], p[seen], minlength=size).astype(np.float64)
         self._sum_p = sums.reshape(self._shape)
-        self.histogram = np.bincount(self._bins(p[seen]), minlength=HIST_BINS).astype(np.int64)
+        self.histogram = self._count_histogram(p)
+
+    def _count_histogram(self, p: np.ndarray) -> np.ndarray:
+        """Items per pass-rate bin, over the items with a rate."""
+        return np.bincount(self._bins(p[~np.isnan(p)]), minlength=HIST_BINS).astype(np.int64)
 
     @staticmethod
     def _bins(p: np.ndarray) -> np.ndarray:
