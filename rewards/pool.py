@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing as mp
 import os
 import pickle
 import threading
@@ -27,92 +26,10 @@ from collections.abc import Sequence
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
-from rewards import registry
-from rewards.extract import FormatError, extract
-from rewards.registry import BUILTIN
+from rewards.pool_worker import Outcome, Task, context, worker_main
 
-#: (verifier import path, extracted answer, ground truth, options[, gate]); see ``run_one``
-Task = tuple
-#: (reward, error, detail[, extracted])
-Outcome = tuple
-
-_PRELOAD = ["rewards.pool", *sorted({p.partition(":")[0] for p in BUILTIN.values()})]
 _TICK_S = 0.01
 _SPARE_IDLE_S = 5.0
-
-
-def _context() -> mp.context.BaseContext:
-    """A fork server with the verifiers preloaded: replacing a worker costs a fork, not an
-    interpreter start, and no worker is forked from a threaded parent (Ray, uvicorn)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
-
-
-def run_one(
-    path: str, extracted: str | None, answer: Any, options: dict, gate: tuple | None = None
-) -> Outcome:
-    """Verify one task, turning every failure into an outcome. ``gate`` is
-    ``(response, format, max_answer_chars)`` for responses too large to gate in the caller:
-    the format gate then runs here, under the time limit, and the outcome carries the extracted
-    text as a fourth element."""
-    if gate is None:
-        return _verify(path, extracted, answer, options)
-    response, fmt, max_chars = gate
-    try:
-        extracted = extract(response, fmt)
-    except FormatError as e:
-        return 0.0, "format", str(e), None
-    if len(extracted) > max_chars:
-        return 0.0, "parse", f"answer longer than {max_chars} characters", None
-    return (*_verify(path, extracted, answer, options), extracted)
-
-
-def _verify(path: str, extracted: Any, answer: Any, options: dict) -> Outcome:
-    try:
-        reward, error, detail = registry.load(path).verify(extracted, answer, options)
-        reward = float(reward)
-    except RecursionError:
-        return 0.0, "crash", "recursion too deep"
-    except MemoryError:
-        return 0.0, "crash", "out of memory"
-    except Exception as e:
-        return 0.0, "verifier", f"{type(e).__name__}: {e}"[:200]
-    if not 0.0 <= reward <= 1.0:  # also catches NaN
-        return 0.0, "verifier", f"reward {reward!r} outside [0, 1]"
-    return reward, error, detail
-
-
-def _worker_main(conn: Any, progress: Any, memory_limit_mb: int) -> None:
-    import resource
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    progress[4] = 1.0  # started: the parent waits for this before its first work
-    if memory_limit_mb > 0:
-        limit = memory_limit_mb * 1024 * 1024
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        chunk_id, tasks = msg
-        progress[2] = 0.0
-        progress[0] = chunk_id
-        out = []
-        for pos, task in enumerate(tasks):
-            if pos >= progress[3]:  # the parent took the rest back for other workers
-                break
-            progress[2] = 0.0
-            progress[1] = pos
-            progress[2] = time.monotonic()
-            out.append(run_one(*task))
-        progress[2] = 0.0
-        conn.send((chunk_id, out))
 
 
 class _Job:
@@ -148,7 +65,7 @@ class _Worker:
         # chunk id, position, start time, chunk limit, started
         self.progress = ctx.RawArray("d", 5)
         self.proc = ctx.Process(
-            target=_worker_main, args=(child, self.progress, memory_limit_mb), daemon=True
+            target=worker_main, args=(child, self.progress, memory_limit_mb), daemon=True
         )
         self.proc.start()
         child.close()
@@ -208,7 +125,7 @@ class WorkerPool:
         self.chunk_max = chunk_max
         self.spare_after_s = spare_after_s
         self.stats = {"killed": 0, "crashed": 0, "started": 0, "spares_started": 0}
-        self._ctx = _context()
+        self._ctx = context()
         self._pending: deque[_Entry] = deque()
         self._lock = threading.Lock()
         self._closed, self._next_chunk = False, 1

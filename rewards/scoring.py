@@ -31,7 +31,8 @@ from typing import Any
 from rewards import registry
 from rewards.base import ScoreResult
 from rewards.extract import FORMATS, FormatError, cheap_to_gate, extract
-from rewards.pool import Outcome, WorkerPool, run_one
+from rewards.pool import WorkerPool
+from rewards.pool_worker import Outcome, run_one
 
 DEFAULT_TIMEOUT_S = 5.0
 _CACHEABLE_ERRORS = (None, "parse", "answer")
