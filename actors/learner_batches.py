@@ -148,6 +148,23 @@ def _get(t: Any, key: str, default: Any = None) -> Any:
     return t.get(key, default) if isinstance(t, dict) else getattr(t, key, default)
 
 
+def _forced_positions(t: Any, n: int) -> list[int]:
+    """The response positions a rollout's budget chose rather than sampled, checked."""
+    positions = list(_get(t, "forced_positions", None) or [])
+    bad = [k for k in positions if not isinstance(k, int) or not 0 <= k < n]
+    if bad:
+        raise ValueError(
+            f"trajectory of item {_get(t, 'item_id')!r}: forced_positions {bad} outside its "
+            f"{n} response tokens"
+        )
+    if _get(t, "forced_answer", False) and not positions:
+        raise ValueError(
+            f"trajectory of item {_get(t, 'item_id')!r} is force-answered but names no "
+            "forced_positions: the engine must report where it put the tokens it chose"
+        )
+    return positions
+
+
 def rl_documents(
     trajectories: list[Any], config: Config, processor: Any, skip_zero_advantage: bool = True
 ) -> tuple[list[Document], list[int], int]:
@@ -185,9 +202,10 @@ def rl_documents(
         if len(rollout_lp) != len(resp):
             rollout_lp = [0.0] * len(resp)  # unknown: no mismatch figure for this one
         # The forced "</think><answer>" tokens of a force-answered rollout were appended, not
-        # sampled (the engines report logprob 0.0 for them): the policy is not trained on them.
-        forced = bool(_get(t, "forced_answer", False))
-        resp_mask = [0.0 if forced and lp == 0.0 else 1.0 for lp in rollout_lp]
+        # sampled: the policy is not trained on them (a sampled token can have logprob 0.0 too)
+        resp_mask = [1.0] * len(resp)
+        for k in _forced_positions(t, len(resp)):
+            resp_mask[k] = 0.0
         trained.append(int(sum(resp_mask)))
         if skip and a == 0.0:
             continue

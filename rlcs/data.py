@@ -91,6 +91,9 @@ class Trajectory:
     finish_reason: str
     forced_answer: bool = False
     prompt_token_ids: list[int] = field(default_factory=list)
+    #: indices in ``token_ids`` of the tokens the budget appended (``</think><answer>`` of a
+    #: force-answered rollout): chosen, not sampled, so the learner does not train on them
+    forced_positions: list[int] = field(default_factory=list)
     reward: float | None = None
     reward_detail: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

@@ -37,6 +37,8 @@ class GenResult:
     prompt_ids: list[int]
     #: set by an engine that applied the budgets itself: ``</think><answer>`` was forced
     forced_answer: bool = False
+    #: where in ``token_ids`` the engine put tokens the budget chose (not sampled; logprob 0.0)
+    forced_positions: list[int] = field(default_factory=list)
 
 
 class Engine(Protocol):

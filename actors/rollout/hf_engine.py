@@ -105,7 +105,7 @@ class HFEngine:
     ) -> list[GenResult]:
         """Sample every request. With ``rule``, the think/answer budgets are applied inside
         this one pass (each request's ``max_tokens`` is then the rule's) and a result says
-        whether its answer was forced."""
+        whether its answer was forced, and where (``forced_positions``)."""
         if rule is not None and any(r.extra_ids for r in requests):
             raise ValueError("a budgeted pass starts at the prompt: requests carry no extra_ids")
         out: list[GenResult | None] = [None] * len(requests)
@@ -177,7 +177,10 @@ class HFEngine:
                 new = new[:end]
             logprobs = [sampler.logprobs[k][b] for k in range(len(new))]
             reason = "stop" if new and new[-1] in stops and sampler.cut[b] is None else "length"
-            results.append(GenResult(new, logprobs, reason, list(r.prompt_ids), sampler.forced[b]))
+            forced_at = [k for k in sampler.forced_at[b] if k < len(new)]
+            results.append(
+                GenResult(new, logprobs, reason, list(r.prompt_ids), bool(forced_at), forced_at)
+            )
         return results
 
     def _prefill_shared(
@@ -291,7 +294,7 @@ class _RowSampler:
         self.tokens: list[list[int]] = [[] for _ in reqs]
         self.done = [False] * len(reqs)
         self.cut: list[int | None] = [None] * len(reqs)
-        self.forced = [False] * len(reqs)
+        self.forced_at: list[list[int]] = [[] for _ in reqs]
 
     def _sample(self, logits: torch.Tensor, step: int) -> torch.Tensor:
         """One token per row: argmax where the temperature is 0, else a draw at the row's
@@ -333,7 +336,7 @@ class _RowSampler:
                 self.cut[b] = len(self.tokens[b])
                 tok = self.stop_id
             elif action == "force":
-                self.forced[b] = True
+                self.forced_at[b].append(len(self.tokens[b]))
             else:
                 tok = sampled[b]
             picks.append(tok)

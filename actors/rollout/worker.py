@@ -5,7 +5,8 @@ It renders each item's chat prompt once (text and images, ``/nothink`` if config
 :mod:`rlcs.prompts` over whichever engine it holds. Rollouts that exhaust the thinking budget
 without ``</think>`` get ``</think><answer>`` appended and continue for the answer budget
 (``forced_answer=True``). The two inserted tokens get logprob 0.0: they were chosen with
-certainty by the worker, not sampled, and a learner can find them by ``forced_answer``.
+certainty by the worker, not sampled, and the trajectory names their places
+(``forced_positions``) so that a learner leaves them out of the loss.
 
 On vLLM that takes two passes (the second for the rollouts that need one); the HF engine
 applies the same :class:`~rlcs.prompts.BudgetRule` inside one pass.
@@ -151,6 +152,7 @@ class RolloutWorkerImpl:
                 finish_reason=res.finish_reason,
                 forced_answer=res.forced_answer,
                 prompt_token_ids=list(res.prompt_ids),
+                forced_positions=list(res.forced_positions),
                 timings=dict(timings),
             )
             for item_id, res in zip(owners, results, strict=True)
@@ -192,6 +194,7 @@ class RolloutWorkerImpl:
                 joined.append(res)
                 continue
             cont, res2 = plans[i], second[second_of[i]]
+            appended = range(len(res.token_ids), len(res.token_ids) + len(cont.append_ids))
             joined.append(
                 GenResult(
                     list(res.token_ids) + list(cont.append_ids) + list(res2.token_ids),
@@ -199,6 +202,7 @@ class RolloutWorkerImpl:
                     res2.finish_reason,
                     res.prompt_ids,
                     forced_answer=cont.forced,
+                    forced_positions=list(appended),
                 )
             )
         return joined, t2

@@ -171,17 +171,38 @@ def test_engine_logprobs_are_compared_and_forced_tokens_are_not_trained(vlm_lear
         lp = by_ids[tuple(t["prompt_token_ids"] + t["token_ids"])].extras["lp"]
         t["logprobs"] = [x + 0.25 for x in lp[len(t["prompt_token_ids"]) :]]  # an engine 0.25 off
     t = trajs[0]
-    t["forced_answer"] = True
+    t["forced_answer"], t["forced_positions"] = True, [3, 4]
     t["logprobs"][3:5] = [0.0, 0.0]
+    t["logprobs"][2] = 0.0  # a sampled token as sure as can be: still trained
     docs = prepare_step("rl", trajs, vlm_learner.config, vlm_learner.tokenizer,
                         vlm_learner.processor)[0].docs  # fmt: skip
     first = next(d for d in docs if list(d.input_ids) == t["prompt_token_ids"] + t["token_ids"])
     n = len(t["prompt_token_ids"])
     assert first.weights[n + 3] == first.weights[n + 4] == 0.0 and first.weights[n + 2] > 0
     stats = vlm_learner.train_step("rl", trajs)
-    n_tokens = sum(len(x["token_ids"]) for x in trajs) - 2
+    # the two forced tokens are not trained; the sampled one at 0.0 is, but an engine's 0.0
+    # reads as "no logprob" to the mismatch figure
+    n_tokens = sum(len(x["token_ids"]) for x in trajs) - 3
     assert stats["logprob_mismatch_tokens"] == n_tokens
     assert stats["logprob_mismatch_sum"] / n_tokens == pytest.approx(0.25, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("forced", "positions", "message"),
+    [
+        (True, [], "names no forced_positions"),
+        (True, [10_000], "outside its"),
+        (False, [-1], "outside its"),
+    ],
+)
+def test_forced_positions_are_checked(vlm_learner, forced, positions, message):
+    from actors.learner_batches import prepare_step
+
+    trajs = rl_batch(vlm_learner)
+    trajs[1]["forced_answer"], trajs[1]["forced_positions"] = forced, positions
+    with pytest.raises(ValueError, match=message) as err:
+        prepare_step("rl", trajs, vlm_learner.config, vlm_learner.tokenizer, vlm_learner.processor)
+    assert repr(trajs[1]["item_id"]) in str(err.value)
 
 
 @pytest.mark.parametrize("mini_batches", [1, 2])

@@ -98,6 +98,7 @@ def test_force_answer_on_hf_text(ray_local, text_worker, tiny_text_model):
         assert len(t.token_ids) == THINK + 2 + ANSWER
         assert "</think>" not in tok.decode(t.token_ids[:THINK])
         assert t.logprobs[THINK : THINK + 2] == [0.0, 0.0]
+        assert t.forced_positions == [THINK, THINK + 1]
 
 
 def _png_b64(img) -> str:
@@ -166,6 +167,7 @@ def test_force_answer_on_hf_vlm_with_image(
     for t in ray_local.get(vlm_worker.generate.remote(items, step=2, base_dir=str(tmp_path))):
         assert t.forced_answer and len(t.token_ids) == THINK + 2 + ANSWER
         assert tok.decode(t.token_ids[THINK : THINK + 2]) == "</think><answer>"
+        assert t.forced_positions == [THINK, THINK + 1]
 
 
 def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
@@ -178,7 +180,7 @@ def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
 
     prompt = build_tokenizer().decode(t.prompt_token_ids)
     assert prompt.endswith("/nothink<|assistant|>\n<think></think>")
-    assert not t.forced_answer and len(t.token_ids) <= ANSWER
+    assert not t.forced_answer and len(t.token_ids) <= ANSWER and t.forced_positions == []
 
 
 def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image, tmp_path):
@@ -232,7 +234,7 @@ def test_a_checkpoints_generation_defaults_do_not_bend_the_samples(tiny_text_mod
         ids = torch.tensor([t.prompt_token_ids + t.token_ids])
         with torch.no_grad():
             logits = model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1]
-        sampled = [i for i, lp in enumerate(t.logprobs) if not (t.forced_answer and lp == 0.0)]
+        sampled = [i for i in range(len(t.token_ids)) if i not in t.forced_positions]
         assert [t.token_ids[i] for i in sampled] == logits.argmax(-1)[sampled].tolist()
         ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(t.token_ids)[:, None])[:, 0]
         assert torch.allclose(torch.tensor(t.logprobs)[sampled], ref[sampled], atol=1e-4)
@@ -335,7 +337,7 @@ def test_row_sampler_applies_the_budget_rule():
         if s.done[0]:
             break
     assert s.tokens[0] == [3, 3, close, answer, 3, stop]
-    assert s.cut[0] == 5 and s.forced[0]
+    assert s.cut[0] == 5 and s.forced_at[0] == [2, 3]
     lps = [step[0] for step in s.logprobs]
     assert lps[2:4] == [0.0, 0.0] and all(lp < 0 for lp in lps[:2] + lps[4:5])
     assert out[0].argmax().item() == stop

@@ -118,6 +118,7 @@ def test_force_answer_when_think_never_closes(ray_local, worker, tiny_text_model
         assert len(t.token_ids) == think + 2 + answer and t.finish_reason == "length"
         assert "</think><answer>" in t.response
         assert t.logprobs[think : think + 2] == [0.0, 0.0]
+        assert t.forced_positions == [think, think + 1]
         assert all(lp < 0 for lp in t.logprobs[:think] + t.logprobs[think + 2 :])
 
 
