@@ -134,6 +134,18 @@ def cpu_start_failure(utilization: float, kv_cache_gib: float | None = None) -> 
     )
 
 
+def processor_text(text: str, tokenizer: Any) -> str:
+    """A rendered prompt as vLLM's multimodal processor should get it. The processor tokenizes
+    the text with the tokenizer's own special tokens added; where the tokenizer adds a prefix
+    the chat template has already written (GLM's ``[gMASK]<sop>``), the prompt would start
+    with it twice. That prefix is taken off the text, so the processor puts it back once."""
+    added = tokenizer.encode("", add_special_tokens=True)
+    if not added:
+        return text
+    prefix = tokenizer.decode(added, skip_special_tokens=False)
+    return text[len(prefix) :] if prefix and text.startswith(prefix) else text
+
+
 class VLLMEngine:
     def __init__(
         self,
@@ -189,7 +201,8 @@ class VLLMEngine:
         if not req.images:
             return {"prompt_token_ids": req.prompt_ids + req.extra_ids}
         if not req.extra_ids:
-            return {"prompt": req.prompt_text, "multi_modal_data": {"image": req.images}}
+            text = processor_text(req.prompt_text, self.llm.get_tokenizer())
+            return {"prompt": text, "multi_modal_data": {"image": req.images}}
         # A continuation: prompt_ids are the expanded ids vLLM returned for the first pass.
         return {
             "prompt_token_ids": req.prompt_ids + req.extra_ids,
