@@ -296,11 +296,13 @@ class OverlappedIterations:
     def run(self, iteration: int, prefetch: bool) -> IterationResult:
         cfg, roles, items = self.cfg, self.roles, self.items
         t_start = time.perf_counter()
-        g, self.ready = self.ready, None
+        g = self.ready
+        if g is not None and g.iteration != iteration:  # its outcomes are in the curriculum:
+            # keep it held for the iteration it belongs to
+            raise RuntimeError(f"iteration {iteration} called with {g.iteration}'s rollouts held")
+        self.ready = None
         if g is None:
             g = gather(cfg, roles, items, iteration)
-        elif g.iteration != iteration:  # its outcomes are in the curriculum: never drop it
-            raise RuntimeError(f"iteration {iteration} called with {g.iteration}'s rollouts held")
         timings = dict(g.timings)
         pending: Future | None = None
         if g.rounds.selected:

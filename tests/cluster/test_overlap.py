@@ -140,6 +140,17 @@ def test_a_failed_prefetch_waits_for_the_learner_and_pushes_nothing(setup):
     loop.close()
 
 
+def test_a_held_batch_called_for_by_another_iteration_stays_held(setup):
+    loop, roles, events = setup()
+    loop.run(0, prefetch=True)
+    with pytest.raises(RuntimeError, match="iteration 2 called with 1's rollouts held"):
+        loop.run(2, prefetch=False)
+    assert loop.holds_batch  # its outcomes are in the curriculum: it is not dropped
+    loop.run(1, prefetch=False)
+    assert not loop.holds_batch and len(roles.learner.batches) == 2
+    loop.close()
+
+
 def test_overlap_and_sleeping_engines_exclude_each_other():
     from pydantic import ValidationError
 
