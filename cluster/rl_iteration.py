@@ -98,7 +98,7 @@ def push_weights(roles: Any, attempts: int = 3) -> Any:
     attempt = 1
     while True:
         # the group drops workers that died while generating: never push to those
-        roles.transport.workers = roles.rollout.live_workers
+        roles.transport.use_workers(roles.rollout.live_workers, roles.rollout.alive)
         try:
             return roles.learner.push_weights(roles.transport)
         except WeightSyncError as e:

@@ -134,6 +134,9 @@ class WeightTransport(ABC):
         if not workers:
             raise ValueError("a weight transport needs at least one rollout worker")
         self.workers = list(workers)
+        #: the number each worker goes by in errors: its place in the rollout group, which
+        #: stays when the group drops a dead worker and the driver pushes to the rest
+        self.worker_ids = list(range(len(self.workers)))
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.timeout_s = timeout_s
         self.version = ""
@@ -181,7 +184,7 @@ class WeightTransport(ABC):
         readback = on_load = 0
         engine_phases: dict[str, float] = {}
         for i, res in enumerate(results):
-            worker = f"rollout worker {i}"
+            worker = f"rollout worker {self._worker_id(i)}"
             if res.get("missing"):
                 raise WeightSyncError(
                     f"{worker}: engine parameters not covered by the push: {res['missing'][:5]}"
@@ -221,16 +224,26 @@ class WeightTransport(ABC):
             ) from e
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
             index = "?"
-            for i, ref in enumerate(refs):
+            for i, ref in enumerate(refs):  # one ref a worker, in the order of self.workers
                 try:
                     ray.get(ref, timeout=0)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                    index = str(i)
+                    index = str(self._worker_id(i))
                     break
                 except ray.exceptions.GetTimeoutError:
                     continue
             cause = getattr(e, "cause", None) or e
             raise WeightSyncError(f"rollout worker {index} failed to {what}: {cause}") from e
+
+    def use_workers(self, workers: Sequence[Any], ids: Sequence[int]) -> None:
+        """Push to ``workers`` from now on, named in errors by ``ids`` (their places in the
+        rollout group)."""
+        if len(workers) != len(ids):
+            raise ValueError(f"{len(workers)} workers with {len(ids)} ids; need one id each")
+        self.workers, self.worker_ids = list(workers), list(ids)
+
+    def _worker_id(self, i: int) -> int:
+        return self.worker_ids[i]
 
     @abstractmethod
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:

@@ -336,3 +336,7 @@ def test_push_to_a_dead_worker_names_it(ray_local, hf_workers, tied_model):
     tp = make_transport("cpu_bytes", [hf_workers[0], dead], bucket_mb=1)
     with pytest.raises(WeightSyncError, match="rollout worker 1 failed to receive a bucket"):
         tp.push(_trained(tied_model, seed=14).named_parameters())
+    # after the group dropped a worker, the rest keep the numbers the group gave them
+    tp.use_workers([hf_workers[0], dead], [2, 3])
+    with pytest.raises(WeightSyncError, match="rollout worker 3 failed to receive a bucket"):
+        tp.push(_trained(tied_model, seed=14).named_parameters())

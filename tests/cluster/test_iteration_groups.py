@@ -43,6 +43,7 @@ EVENTS: list[str] = []  # what the stand-ins were asked to do, in order
 
 class Rollout:
     live_workers: list = []
+    alive: list = []
     restarts = 0
 
     def __init__(self, responses: dict[str, list[str]]):
@@ -109,7 +110,7 @@ def one_iteration(
     learner = Learner()
     roles = SimpleNamespace(
         sampler=sampler, rollout=Rollout(responses), rewards=rewards, learner=learner,
-        transport=SimpleNamespace(workers=[]),
+        transport=SimpleNamespace(workers=[], use_workers=lambda workers, ids: None),
         group_filter=load_group_filter(grpo["group_filter"]) if grpo else None,
     )  # fmt: skip
     result = run_iteration(cfg, roles, items, iteration=1)

@@ -36,6 +36,7 @@ class Events:
 
 class Rollout:
     live_workers: list = []
+    alive: list = []
     restarts = 0
 
     def __init__(self, events: Events, fail_at: int | None = None):
@@ -101,7 +102,7 @@ def setup(ray_local, tmp_path):
         roles = SimpleNamespace(
             sampler=sampler, rollout=Rollout(events, fail_at), learner=Learner(events),
             rewards=SimpleNamespace(retries=0, score=score),
-            transport=SimpleNamespace(workers=[]), group_filter=None,
+            transport=SimpleNamespace(workers=[], use_workers=lambda workers, ids: None), group_filter=None,
         )  # fmt: skip
         return OverlappedIterations(cfg, roles, items), roles, events
 
