@@ -102,6 +102,10 @@ class RewardConfig(Section):
         return v
 
 
+#: an item's tier is a uint8, and the boundaries make len + 1 tiers besides ``unseen``
+MAX_TIER_BOUNDARIES = 254
+
+
 class CurriculumConfig(Section):
     """RLCS: per-item pass rates, difficulty tiers, tier weights and ratio-EMA expansion.
 
@@ -171,6 +175,11 @@ class CurriculumConfig(Section):
         b = self.tier_boundaries
         if any(not 0.0 < x < 1.0 for x in b) or b != sorted(b) or len(set(b)) != len(b):
             raise ValueError(f"tier_boundaries must be strictly increasing in (0, 1), got {b}")
+        if len(b) > MAX_TIER_BOUNDARIES:
+            raise ValueError(
+                f"tier_boundaries: at most {MAX_TIER_BOUNDARIES} cut points (each item's tier, "
+                f"the extra 'unseen' one included, is kept in one byte), got {len(b)}"
+            )
         if self.tier_names is not None:
             if len(self.tier_names) != len(b) + 1:
                 raise ValueError(

@@ -233,6 +233,15 @@ def test_sampling_settings_that_would_learn_nothing_are_refused(override, messag
         load_config(None, ["model.tiny=text", override])
 
 
+def test_more_tiers_than_a_byte_holds_are_refused():
+    """Items keep their tier in one byte: 255 cut points would make tier 256 wrap to 0."""
+    cuts = [round((k + 1) / 256, 6) for k in range(255)]
+    with pytest.raises(ConfigError, match="at most 254 cut points .* got 255"):
+        load_config(None, ["model.tiny=text", f"curriculum.tier_boundaries={cuts}"])
+    ok = load_config(None, ["model.tiny=text", f"curriculum.tier_boundaries={cuts[:254]}"])
+    assert len(ok.curriculum.tier_boundaries) == 254
+
+
 def test_one_rollout_a_prompt_is_fine_where_no_group_is_trained():
     for stage in ("sft", "pretrain"):
         assert (
