@@ -67,15 +67,16 @@ def token_weights(
 
     ``sample``: mean over samples of each sample's token mean (weight ``1 / (len_i * N)``).
     ``token``: mean over all loss tokens of the batch (weight ``1 / T``).
-    ``num_samples`` / ``num_tokens`` default to this list's own; pass the whole batch's totals
+    ``num_samples`` / ``num_tokens`` default to this list's own (``N`` counts the samples
+    that have loss tokens: one with none has no mean to add); pass the whole batch's totals
     when ``lengths`` is only a shard of it (one rank, one micro-batch).
     """
     if loss_agg not in ("sample", "token"):
         raise ValueError(f"loss_agg must be 'sample' or 'token', got {loss_agg!r}")
-    n = num_samples if num_samples is not None else len(lengths)
+    n = num_samples if num_samples is not None else sum(1 for length in lengths if length > 0)
     t = num_tokens if num_tokens is not None else sum(lengths)
     if loss_agg == "sample":
-        return [1.0 / (max(length, 1) * n) for length in lengths]
+        return [1.0 / (max(length, 1) * max(n, 1)) for length in lengths]
     return [1.0 / max(t, 1) for _ in lengths]
 
 

@@ -150,6 +150,14 @@ def test_token_weights_reproduce_aggregation_in_any_split():
         assert part[0] * 4 + shard[0] * 6 == pytest.approx(expected)
 
 
+def test_a_sample_without_loss_tokens_is_not_counted_in_the_sample_mean():
+    """A rollout whose every token is masked (only forced tokens, say) adds no mean, so the
+    others' mean is over the samples that have one."""
+    w = token_weights([2, 0, 1], "sample")
+    assert w[0] * 2 + w[2] * 1 == pytest.approx(1.0)  # (mean_0 + mean_2) / 2 at losses of 1
+    assert token_weights([0, 0], "sample") == [1.0, 1.0]  # nothing to weigh, and no 1/0
+
+
 def test_token_logprobs_and_entropy():
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3]]))
     lp = token_logprobs(logits, torch.tensor([1, -100]))
