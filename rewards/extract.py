@@ -23,7 +23,7 @@ _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE, BOX_OPEN, BOX_CLOSE
 _MAX_HOPS = 4096
 _SHORT = 4096
 _SPACE = re.compile(r"\s*")
-_BOXED = "\\boxed"
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
 class FormatError(ValueError):
@@ -118,20 +118,22 @@ def _glm_hop(text: str) -> str:
 
 
 def _boxed_problem(text: str, start: int, end: int) -> str | None:
-    """Why ``text[start:end]`` holds a TeX box, or None: ``\\boxed{``, spaces before the brace
-    allowed (TeX ignores them: ``\\boxed {1}`` is a box too), or ``\\boxed`` with no brace,
-    which boxes the token after it (``\\boxed 1``). ``\\boxedx`` is another command. Linear:
-    each search starts past the last."""
-    at = text.find(_BOXED, start, end)
-    while at >= 0:
-        after = at + len(_BOXED)
-        if after < end and text[after].isascii() and text[after].isalpha():
-            at = text.find(_BOXED, after, end)
-            continue
-        brace = _SPACE.match(text, after, end).end()
-        if brace < end and text[brace] == "{":
-            return "\\boxed{ inside <answer>; use the box markers"
-        return "\\boxed inside <answer> (TeX boxes the token after it); use the box markers"
+    """Why ``text[start:end]`` holds a TeX box, or None: ``\\boxed{`` or ``\\fbox{`` (which
+    ``last_boxed`` reads as a box too), spaces before the brace allowed (TeX ignores them:
+    ``\\boxed {1}`` is a box too), or the command with no brace, which boxes the token after
+    it (``\\boxed 1``). ``\\boxedx`` is another command. Linear: each search starts past the
+    last."""
+    for command in _BOX_COMMANDS:
+        at = text.find(command, start, end)
+        while at >= 0:
+            after = at + len(command)
+            if after < end and text[after].isascii() and text[after].isalpha():
+                at = text.find(command, after, end)
+                continue
+            brace = _SPACE.match(text, after, end).end()
+            if brace < end and text[brace] == "{":
+                return f"{command}{{ inside <answer>; use the box markers"
+            return f"{command} inside <answer> (TeX boxes the token after it); use the box markers"
     return None
 
 

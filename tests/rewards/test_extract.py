@@ -104,6 +104,24 @@ def test_boxed_with_a_space_before_its_brace_is_rejected_in_a_long_response_too(
 
 
 @pytest.mark.parametrize(
+    ("inside", "message"),
+    [
+        ("\\fbox{1}", "\\fbox{ inside <answer>; use the box markers"),
+        ("\\fbox 1", "\\fbox inside <answer> (TeX boxes the token after it); use the box markers"),
+        ("\\fbox", "\\fbox inside <answer> (TeX boxes the token after it); use the box markers"),
+    ],
+)
+def test_fbox_in_the_answer_is_rejected_like_boxed(inside, message):
+    """``\\fbox{1}`` is a box as ``last_boxed`` reads one: a second answer beside the markers."""
+    for pad in ("", "x" * 10_000):  # short text is counted whole; long text by marker hops
+        answer = "<answer>" + inside + " " + BOX.format("1") + "</answer>"
+        with pytest.raises(FormatError) as e:
+            extract("<think>" + pad + "</think>" + answer)
+        assert str(e.value) == message
+    assert extract("<think>x</think><answer>\\fboxed " + BOX.format("1") + "</answer>") == "1"
+
+
+@pytest.mark.parametrize(
     "inside",
     ["\\boxed 1", "\\boxed1", "\\boxed\\pi", "\\boxed  x", "\\boxed\n7", "\\boxed"],
 )
