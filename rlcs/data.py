@@ -58,6 +58,9 @@ class Item(BaseModel):
             raise ValueError(
                 f"only whitespace ({v!r}); give each item a unique id that is not blank"
             )
+        if isinstance(v, str) and "\x00" in v:
+            # the curriculum keeps ids as NUL-padded bytes: "a\x00" would come back as "a"
+            raise ValueError(f"holds a NUL character ({v!r}); give each item an id without one")
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator("difficulty", mode="before")

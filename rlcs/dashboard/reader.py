@@ -199,9 +199,10 @@ class RunReader:
             mask &= arrays["tier"] == (names.index(tier) if tier in names else 255)
         q = q.strip()
         if q:
-            if "ids" in arrays:
-                found = np.char.find(np.char.lower(arrays["ids"]), q.lower().encode()) >= 0
-                mask &= found
+            if "\x00" in q:  # no id holds one (they are refused at load)
+                mask &= False
+            elif "ids" in arrays:
+                mask &= _id_matches(arrays["ids"], q)
             else:
                 hit = np.zeros(n, dtype=bool)
                 if q.isdecimal() and int(q) < n:
@@ -245,3 +246,13 @@ def _carried(ys: list[float | None]) -> list[float | None]:
         last = y if y is not None else last
         out.append(last)
     return out
+
+
+def _id_matches(ids: np.ndarray, q: str) -> np.ndarray:
+    """Which of the stored (UTF-8 bytes) ids hold ``q``, case ignored; an ASCII query is
+    matched on the bytes, any other on the decoded text (bytes lower only ASCII letters)."""
+    needle = q.lower()
+    if needle.isascii():
+        return np.char.find(np.char.lower(ids), needle.encode()) >= 0
+    text = np.char.lower(np.char.decode(ids, "utf-8", "replace"))
+    return np.char.find(text, needle) >= 0

@@ -89,3 +89,22 @@ def test_series_of_a_long_run_adds_up_every_row(tmp_path):
     assert series["pass_rate"]["ocr"]["very_easy"] == [8 / 16] * n
     assert series["subcategories"]["gui/a"] == [0.25] * n
     assert series["subcategory_rates"]["gui/b"] == [None] + [0.5] * (n - 1)
+
+
+def test_item_search_ignores_case_beyond_ascii_and_a_nul_finds_nothing(tmp_path):
+    ids = ["Café-1", "CAFÉ-2", "tea-3", "ÉCLAIR-4"]
+    items = [Item(id=i, domain="ocr", prompt="?") for i in ids]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    cur.save(run)
+    reader = RunReader(run)
+
+    def found(q: str) -> set[str]:
+        return {r["id"] for r in reader.items(q=q)["rows"]}
+
+    assert found("café") == {"Café-1", "CAFÉ-2"}
+    assert found("é") == {"Café-1", "CAFÉ-2", "ÉCLAIR-4"}
+    assert found("TEA") == {"tea-3"}
+    assert found("\x00") == set()  # it matched every id: NumPy drops the bytes' NUL padding
+    assert found("a\x00") == set()

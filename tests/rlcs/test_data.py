@@ -75,6 +75,10 @@ def test_parquet_round_trip(dataset_dir):
             "id: only whitespace (' \\t'); give each item a unique id that is not blank",
         ),
         ({"id": "\n", "domain": "math", "prompt": "x"}, "id: only whitespace ('\\n')"),
+        (
+            {"id": "a\u0000", "domain": "math", "prompt": "x"},
+            "id: holds a NUL character ('a\\x00'); give each item an id without one",
+        ),
         ({"id": "a", "domain": "poetry", "prompt": "x"}, "unknown domain 'poetry'"),
         ({"id": "a", "domain": "math"}, "prompt: Field required"),
         ({"id": "a", "domain": "math", "prompt": "x", "colour": 1}, "colour: unknown field"),
