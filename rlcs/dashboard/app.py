@@ -12,7 +12,10 @@ from pathlib import Path
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-from rlcs.dashboard.reader import RunReader
+from rlcs.dashboard.reader import SORT_KEYS, RunReader
+
+#: the item table's sort keys, or none (the items' own order)
+SORT_PATTERN = "^(" + "|".join(("", *SORT_KEYS)) + ")$"
 
 STATIC = Path(__file__).parent / "static"
 
@@ -86,7 +89,11 @@ def create_app(run_dir: str | Path, token: str | None = None) -> FastAPI:
         tier: str = "",
         offset: int = Query(0, ge=0),
         limit: int = Query(50, ge=1, le=1000),
+        sort: str = Query("", pattern=SORT_PATTERN),
+        desc: bool = False,
     ) -> dict:
-        return reader.items(q=q, domain=domain, tier=tier, offset=offset, limit=limit)
+        return reader.items(
+            q=q, domain=domain, tier=tier, offset=offset, limit=limit, sort=sort, desc=desc
+        )
 
     return app

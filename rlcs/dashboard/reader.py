@@ -176,9 +176,20 @@ class RunReader:
         }
 
     def items(
-        self, q: str = "", domain: str = "", tier: str = "", offset: int = 0, limit: int = 50
+        self,
+        q: str = "",
+        domain: str = "",
+        tier: str = "",
+        offset: int = 0,
+        limit: int = 50,
+        sort: str = "",
+        desc: bool = False,
     ) -> dict[str, Any]:
-        """A filtered page of the item table from the latest snapshot."""
+        """A filtered page of the item table from the latest snapshot, in the items' order or
+        sorted by one of ``SORT_KEYS`` (ties in the items' order; items with no pass rate
+        last either way)."""
+        if sort and sort not in SORT_KEYS:
+            raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, got {sort!r}")
         snap = self.snapshot()
         if snap is None:
             return {
@@ -209,17 +220,11 @@ class RunReader:
                     hit[int(q)] = True
                 mask &= hit
         matches = np.flatnonzero(mask)
+        if sort:
+            matches = matches[_order(arrays, meta, matches, sort, desc)]
         page = matches[offset : offset + limit]
-        prior = meta["config"]["offline_prior_weight"]
-        # with subcategory_prior, an item with no evidence of its own has its subcategory's rate
         categories = arrays.get("category")
-        sibling = None
-        if meta["config"].get("subcategory_prior") and "category_rate" in arrays:
-            codes = (arrays["domain"] if categories is None else categories)[page]
-            sibling = arrays["category_rate"][codes]
-        rate = merged_pass_rate(
-            arrays["offline"][page], arrays["attempts"][page], arrays["ema"][page], prior, sibling
-        )
+        rate = _pass_rates(arrays, meta, page)
         rows = []
         for j, i in enumerate(page.tolist()):
             rows.append(
@@ -237,6 +242,46 @@ class RunReader:
             if name and name != rows[-1]["domain"]:  # items without one are keyed by domain
                 rows[-1]["subcategory"] = name.removeprefix(rows[-1]["domain"] + "/")
         return {"total": int(len(matches)), "rows": rows, "snapshot_iteration": meta["iteration"]}
+
+
+#: the item table's columns it can be sorted by
+SORT_KEYS = ("id", "domain", "tier", "attempts", "pass_rate", "last_seen")
+
+
+def _pass_rates(arrays: dict[str, np.ndarray], meta: dict[str, Any], idx: np.ndarray):
+    """The pass rate the sampler gives items ``idx``: their own evidence merged with the
+    offline prior, or (with subcategory_prior, for an item with no evidence of its own) its
+    subcategory's rate."""
+    categories = arrays.get("category")
+    sibling = None
+    if meta["config"].get("subcategory_prior") and "category_rate" in arrays:
+        codes = (arrays["domain"] if categories is None else categories)[idx]
+        sibling = arrays["category_rate"][codes]
+    prior = meta["config"]["offline_prior_weight"]
+    return merged_pass_rate(
+        arrays["offline"][idx], arrays["attempts"][idx], arrays["ema"][idx], prior, sibling
+    )
+
+
+def _order(
+    arrays: dict[str, np.ndarray], meta: dict[str, Any], idx: np.ndarray, key: str, desc: bool
+) -> np.ndarray:
+    """Positions that put items ``idx`` in order of ``key``: ties in item order, items without
+    a pass rate last whichever the direction."""
+    missing = np.zeros(len(idx), dtype=bool)
+    if key == "id":
+        values = arrays["ids"][idx] if "ids" in arrays else idx
+    elif key == "domain":  # by name, not by code
+        rank = np.argsort(np.argsort(np.array(meta["domain_names"], dtype=object)))
+        values = rank[arrays["domain"][idx]]
+    elif key == "pass_rate":
+        values = _pass_rates(arrays, meta, idx)
+        missing = np.isnan(values)
+        values = np.where(missing, 0.0, values)
+    else:  # tier (hardest first, unseen last), attempts, last_seen
+        values = arrays[key][idx]
+    rank = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return np.lexsort((idx, -rank if desc else rank, missing))
 
 
 def _carried(ys: list[float | None]) -> list[float | None]:

@@ -267,6 +267,36 @@ def test_item_table_pages_through_every_match(server, browser):
     page.close()
 
 
+def test_item_table_sorts_by_the_column_clicked(server, browser):
+    """A header's first click sorts by it, the second the other way (every match, across the
+    pages), the third gives back the items' order."""
+    page = browser.new_page()
+    page.goto(f"{server}/?token={TOKEN}")
+    page.wait_for_function("document.body.dataset.itemsLoaded !== undefined", timeout=20_000)
+    header = page.locator("#item-table th[data-sort='id']")
+
+    def click_and_wait(th) -> list[str]:
+        before = page.evaluate("document.body.dataset.itemsLoaded")
+        th.locator("button").click()
+        page.wait_for_function(f"document.body.dataset.itemsLoaded !== {before!r}")
+        return page.locator("#item-table tbody tr td:first-child").all_text_contents()
+
+    assert click_and_wait(header)[:2] == ["chart-0000", "chart-0001"]  # by name: chart first
+    assert header.get_attribute("aria-sort") == "ascending"
+    assert click_and_wait(header)[:2] == ["ocr-0399", "ocr-0398"]
+    assert header.get_attribute("aria-sort") == "descending"
+    assert click_and_wait(header)[:2] == ["math-0000", "math-0001"]  # the items' own order
+    assert header.get_attribute("aria-sort") == "none"
+    rate = page.locator("#item-table th[data-sort='pass_rate']")
+    click_and_wait(rate)
+    click_and_wait(rate)
+    cells = page.locator("#item-table tbody tr td:nth-child(5)").all_text_contents()
+    rates = [float(c) for c in cells if c != "–"]
+    assert rates and rates == sorted(rates, reverse=True)
+    assert page.get_attribute("#item-table th[data-sort='id']", "aria-sort") == "none"
+    page.close()
+
+
 def test_a_truncated_aggregates_store_is_named_on_the_page(browser, truncated_store_run, dashboard):
     run, store, _ = truncated_store_run
     with dashboard.serve(run) as url:

@@ -4,6 +4,7 @@ snapshot and the plotted series from the SQLite aggregates."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import curriculum_from_items, read_store
@@ -108,3 +109,35 @@ def test_item_search_ignores_case_beyond_ascii_and_a_nul_finds_nothing(tmp_path)
     assert found("TEA") == {"tea-3"}
     assert found("\x00") == set()  # it matched every id: NumPy drops the bytes' NUL padding
     assert found("a\x00") == set()
+
+
+def test_item_table_sorts_by_a_column_with_ties_in_item_order_and_no_rate_last(tmp_path):
+    ids = ["b", "a", "d", "c", "e"]
+    items = [
+        Item(
+            id=i,
+            domain=("ocr", "math")[k % 2],
+            prompt="?",
+            difficulty=(0.9, 0.2, 0.9, None, 0.5)[k],
+        )
+        for k, i in enumerate(ids)
+    ]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    cur.save(run)
+    reader = RunReader(run)
+
+    def order(sort: str, desc: bool = False, **kw) -> list[str]:
+        return [r["id"] for r in reader.items(sort=sort, desc=desc, **kw)["rows"]]
+
+    assert order("") == ids
+    assert order("id") == ["a", "b", "c", "d", "e"]
+    assert order("id", desc=True) == ["e", "d", "c", "b", "a"]
+    # pass rates 0.9, 0.2, 0.9, none, 0.5: ties keep item order, none is last both ways
+    assert order("pass_rate") == ["a", "e", "b", "d", "c"]
+    assert order("pass_rate", desc=True) == ["b", "d", "e", "a", "c"]
+    assert order("domain") == ["a", "c", "b", "d", "e"]  # math before ocr, by name
+    assert order("pass_rate", desc=True, limit=2, offset=1) == ["d", "e"]  # the page after sorting
+    with pytest.raises(ValueError, match="sort must be one of id, domain, tier"):
+        reader.items(sort="colour")

@@ -56,6 +56,8 @@ def test_item_table_pages_through_every_match_and_refuses_bad_bounds(server):
         assert data["total"] == 1200
         seen += [r["id"] for r in data["rows"]]
     assert seen == [f"{d}-{i:04d}" for d in ("math", "chart", "ocr") for i in range(400)]
+    by_id = page(sort="id", desc="true", limit=3).json()
+    assert [r["id"] for r in by_id["rows"]] == ["ocr-0399", "ocr-0398", "ocr-0397"]
     past = page(offset=1200, limit=25).json()
     assert past["rows"] == [] and past["total"] == 1200
     ocr = page(domain="ocr", offset=390, limit=25).json()
@@ -67,6 +69,8 @@ def test_item_table_pages_through_every_match_and_refuses_bad_bounds(server):
         ({"limit": "ten"}, "valid integer"),
         ({"offset": -1}, "greater than or equal to 0"),
         ({"offset": "1.5"}, "valid integer"),
+        ({"sort": "colour"}, "should match pattern"),
+        ({"desc": "maybe", "sort": "id"}, "valid boolean"),
     ]:
         r = page(**params)
         assert r.status_code == 422, params

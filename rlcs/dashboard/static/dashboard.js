@@ -200,6 +200,10 @@ function fillSelect(id, values, keepFirst) {
 const PAGE_ROWS = 25;
 let itemsOffset = 0;
 let itemsRequest = 0;
+// a column header's click sorts by it, a second click the other way, a third gives back the
+// items' own order; the server sorts every match, so the pages follow the order
+let itemsSort = "";
+let itemsDesc = false;
 
 async function loadItems() {
   const mine = ++itemsRequest;  // filters change faster than answers come: draw only the latest
@@ -209,6 +213,8 @@ async function loadItems() {
     tier: document.getElementById("item-tier").value,
     offset: String(itemsOffset),
     limit: String(PAGE_ROWS),
+    sort: itemsSort,
+    desc: String(itemsDesc),
   });
   const data = await api("api/items?" + q);
   if (mine !== itemsRequest) return;
@@ -250,6 +256,21 @@ async function loadItems() {
 function filterItems() {
   itemsOffset = 0;
   loadItems();
+}
+
+function sortItems(key) {
+  if (itemsSort !== key) {
+    [itemsSort, itemsDesc] = [key, false];
+  } else if (!itemsDesc) {
+    itemsDesc = true;
+  } else {
+    [itemsSort, itemsDesc] = ["", false];
+  }
+  for (const th of document.querySelectorAll("#item-table th[data-sort]")) {
+    const on = th.dataset.sort === itemsSort;
+    th.setAttribute("aria-sort", on ? (itemsDesc ? "descending" : "ascending") : "none");
+  }
+  filterItems();
 }
 
 function showPage(page) {
@@ -300,6 +321,9 @@ document.getElementById("item-search").addEventListener("input", () => {
   searchTimer = setTimeout(filterItems, 200);
 });
 document.getElementById("item-domain").addEventListener("change", filterItems);
+for (const th of document.querySelectorAll("#item-table th[data-sort]")) {
+  th.querySelector("button").addEventListener("click", () => sortItems(th.dataset.sort));
+}
 document.getElementById("item-tier").addEventListener("change", filterItems);
 document.getElementById("items-prev").addEventListener("click",
   () => showPage(itemsOffset / PAGE_ROWS));
