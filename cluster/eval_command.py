@@ -96,6 +96,11 @@ def resolve_target(
     from rlcs.config import load_config
 
     files = [Path(p) for p in data]
+    if any(o.split("=", 1)[0].strip() == "rollout.n" for o in overrides):
+        raise EvalTargetError(
+            "rollout.n is the RL group size and rlcs eval does not use it: give --samples K "
+            "for K answers an item (1, greedy, by default)"
+        )
     if not target.exists():
         raise EvalTargetError(f"{target}: no such model or run directory")
     if not target.is_dir():

@@ -298,8 +298,14 @@ def test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing(
         resolve_target(model, None, None, ["a.jsonl"])
     shutil.rmtree(model)
     shutil.copytree(tiny_text_model, model)
-    got, cfg, files = resolve_target(model, None, None, ["a.jsonl"], ["rollout.n=3"])
-    assert got == model and files == [Path("a.jsonl")] and cfg.rollout.n == 3
+    got, cfg, files = resolve_target(
+        model, None, None, ["a.jsonl"], ["rollout.max_answer_tokens=7"]
+    )
+    assert got == model and files == [Path("a.jsonl")] and cfg.rollout.max_answer_tokens == 7
+    # the RL group size means nothing here (an RL run's config refused 1 as a group of one)
+    for n in ("1", "3"):
+        with pytest.raises(EvalTargetError, match="rlcs eval does not use it: give --samples K"):
+            resolve_target(model, None, None, ["a.jsonl"], [f"rollout.n={n}"])
     assert cfg.model.tiny == "vlm"  # the default config, configs/tiny-vlm.yaml
     with pytest.raises(EvalTargetError, match="give the item files"):
         resolve_target(model, None, None, [])
