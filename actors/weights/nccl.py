@@ -1,14 +1,17 @@
 """NCCL transport: the learner (rank 0) broadcasts each bucket to every engine's GPU.
 
-For learner and rollout on different GPUs or nodes. At construction the learner and each
-engine rank (one per tensor-parallel GPU of an engine) join one stateless NCCL group (vLLM's ``StatelessProcessGroup`` + ``PyNcclCommunicator``,
-as in vLLM's RLHF example), rank 0 being the learner. Per bucket, the learner first sends the
-bucket's layout to each worker (one remote call), then broadcasts one flat buffer that the
-engines receive and stage. GPU only; covered by ``gpu``-marked tests.
+For learner and rollout on different GPUs or nodes. At the first push the learner and each
+engine rank (one per tensor-parallel GPU of an engine) join one stateless NCCL group (vLLM's
+``StatelessProcessGroup`` + ``PyNcclCommunicator``, as in vLLM's RLHF example), rank 0 being
+the learner; later pushes reuse it, and a new one replaces it when the rollout group drops a
+worker. Per bucket, the learner first sends the bucket's layout to each worker (one remote
+call), then broadcasts one flat buffer that the engines receive and stage. GPU only; covered
+by ``gpu``-marked tests (the group's reuse also on CPU, with its building stubbed).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import torch
@@ -17,6 +20,19 @@ from actors.weights.base import WeightSyncError, WeightTransport
 from actors.weights.cuda_ipc import pack
 
 KIND = "nccl"
+
+
+#: the NCCL groups this process pushes through, by transport id, with the workers they hold.
+#: A transport reaches the learner pickled, once a push, without its communicator: the group
+#: it joined stays here, so the next push reuses it instead of building (and leaking) another.
+_GROUPS: dict[str, tuple[tuple[int, ...], Any]] = {}
+
+
+def leave_group(comm: Any) -> None:
+    """Tear down one side's communicator (vLLM's ``PyNcclCommunicator.destroy``)."""
+    destroy = getattr(comm, "destroy", None)
+    if destroy is not None:
+        destroy()
 
 
 class NcclTransport(WeightTransport):
@@ -33,6 +49,7 @@ class NcclTransport(WeightTransport):
         super().__init__(*args, **kwargs)
         self.master_address, self.master_port = master_address, master_port
         self.engine_ranks_per_worker = engine_ranks_per_worker
+        self.id = uuid.uuid4().hex[:12]
         self.comm = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -42,6 +59,19 @@ class NcclTransport(WeightTransport):
     def _prepare(self) -> None:
         if self.comm is not None:
             return
+        members = tuple(self.worker_ids)
+        held = _GROUPS.get(self.id)
+        if held is not None and held[0] == members:
+            self.comm = held[1]
+            return
+        if held is not None:  # the rollout group changed: a group of the workers left
+            self._leave()
+        self._check_own_gpus()
+        self.comm = self._build_group()
+        _GROUPS[self.id] = (members, self.comm)
+
+    def _build_group(self) -> Any:
+        """Rank 0 of a new group whose other ranks are every engine rank of ``workers``."""
         import ray
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
@@ -51,7 +81,6 @@ class NcclTransport(WeightTransport):
             from vllm.utils.network_utils import get_open_port
 
             port = get_open_port()
-        self._check_own_gpus()
         # the group's store listens where this process (the pushing learner rank) runs, at an
         # address the engines on other nodes can reach
         host = self.master_address or ray.util.get_node_ip_address()
@@ -59,8 +88,19 @@ class NcclTransport(WeightTransport):
         world = 1 + self.engine_ranks_per_worker * len(self.workers)
         joins = [w.init_weight_group.remote(KIND, host, port, first, world) for w, first in ranks]
         pg = StatelessProcessGroup.create(host=host, port=port, rank=0, world_size=world)
-        self.comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
-        ray.get(joins, timeout=self.timeout_s)
+        comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
+        self._wait(joins, "join the NCCL weight group")
+        return comm
+
+    def _leave(self) -> None:
+        held = _GROUPS.pop(self.id, None)
+        if held is not None:
+            leave_group(held[1])
+        self.comm = None
+
+    def close(self) -> None:
+        super().close()
+        self._leave()
 
     def _check_own_gpus(self) -> None:
         """Refuse, before any rank joins, engines on the learner's own GPU: NCCL cannot hold

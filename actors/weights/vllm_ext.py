@@ -58,8 +58,11 @@ class WeightSyncExtension:
         self, kind: str, address: str, port: int, rank_offset: int, world_size: int
     ) -> None:
         """Join the learner's NCCL group; this engine rank is ``rank_offset`` + its TP rank."""
-        from actors.weights.nccl import join_group
+        from actors.weights.nccl import join_group, leave_group
 
+        old = getattr(self, "_rlcs_comm", None)
+        if old is not None:  # the learner built a new group (the rollout workers changed)
+            leave_group(old)
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._rlcs_comm = join_group(address, port, rank, world_size)
 

@@ -318,6 +318,45 @@ def test_nccl_group_gives_every_tensor_parallel_rank_its_own_place():
         assert sorted([0, *taken]) == list(range(world))
 
 
+def test_nccl_group_is_built_once_a_learner_and_again_when_the_workers_change(monkeypatch):
+    """The transport reaches the learner pickled on every push, without its communicator: the
+    group it joined is kept in the pushing process, reused by the next copy, and replaced (the
+    old one torn down) when the rollout group drops a worker. Building a real group needs two
+    GPUs (the ``gpu`` test above); here it is stubbed."""
+    import pickle
+
+    from actors.weights import nccl
+
+    built, destroyed = [], []
+
+    class Comm:
+        def __init__(self, members):
+            self.members = members
+
+        def destroy(self):
+            destroyed.append(self.members)
+
+    def build(self):
+        built.append(tuple(self.worker_ids))
+        return Comm(tuple(self.worker_ids))
+
+    monkeypatch.setattr(nccl.NcclTransport, "_build_group", build)
+    monkeypatch.setattr(nccl.NcclTransport, "_check_own_gpus", lambda self: None)
+    driver = nccl.NcclTransport(["w0", "w1", "w2"])
+    for _ in range(3):  # three pushes, each with a fresh copy in the learner
+        copy = pickle.loads(pickle.dumps(driver))
+        assert copy.comm is None
+        copy._prepare()
+    assert built == [(0, 1, 2)] and destroyed == []
+    driver.use_workers(["w0", "w2"], [0, 2])  # worker 1 died
+    copy = pickle.loads(pickle.dumps(driver))
+    copy._prepare()
+    assert built == [(0, 1, 2), (0, 2)] and destroyed == [(0, 1, 2)]
+    assert copy.comm.members == (0, 2)
+    copy.close()
+    assert destroyed == [(0, 1, 2), (0, 2)] and driver.id not in nccl._GROUPS
+
+
 def test_nccl_names_a_worker_whose_engine_cannot_join(ray_local, hf_workers):
     from actors.weights import make_transport
 
