@@ -134,15 +134,18 @@ def cpu_start_failure(utilization: float, kv_cache_gib: float | None = None) -> 
     )
 
 
-def processor_text(text: str, tokenizer: Any) -> str:
-    """A rendered prompt as vLLM's multimodal processor should get it. The processor tokenizes
-    the text with the tokenizer's own special tokens added; where the tokenizer adds a prefix
-    the chat template has already written (GLM's ``[gMASK]<sop>``), the prompt would start
-    with it twice. That prefix is taken off the text, so the processor puts it back once."""
+def added_prefix(tokenizer: Any) -> str:
+    """The text of the special tokens ``tokenizer`` puts before any text it encodes with them
+    (GLM's published tokenizers: ``[gMASK]<sop>``; the project's tiny one: nothing)."""
     added = tokenizer.encode("", add_special_tokens=True)
-    if not added:
-        return text
-    prefix = tokenizer.decode(added, skip_special_tokens=False)
+    return tokenizer.decode(added, skip_special_tokens=False) if added else ""
+
+
+def processor_text(text: str, prefix: str) -> str:
+    """A rendered prompt as vLLM's multimodal processor should get it. The processor tokenizes
+    the text with the tokenizer's own special tokens added; where that ``prefix`` (see
+    ``added_prefix``) is one the chat template has already written, the prompt would start
+    with it twice. It is taken off the text, so the processor puts it back once."""
     return text[len(prefix) :] if prefix and text.startswith(prefix) else text
 
 
@@ -177,6 +180,8 @@ class VLLMEngine:
                 raise
             raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib)) from e
         self.asleep = False
+        # what vLLM's processor adds to an image prompt's text (worked out once, not per prompt)
+        self.tokenizer_prefix = added_prefix(self.llm.get_tokenizer())
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
         # vLLM's own processor expands image placeholders, so the ids stay unexpanded here.
@@ -201,7 +206,7 @@ class VLLMEngine:
         if not req.images:
             return {"prompt_token_ids": req.prompt_ids + req.extra_ids}
         if not req.extra_ids:
-            text = processor_text(req.prompt_text, self.llm.get_tokenizer())
+            text = processor_text(req.prompt_text, self.tokenizer_prefix)
             return {"prompt": text, "multi_modal_data": {"image": req.images}}
         # A continuation: prompt_ids are the expanded ids vLLM returned for the first pass.
         return {

@@ -184,7 +184,7 @@ class WeightTransport(ABC):
         readback = on_load = 0
         engine_phases: dict[str, float] = {}
         for i, res in enumerate(results):
-            worker = f"rollout worker {self._worker_id(i)}"
+            worker = f"rollout worker {self.worker_ids[i]}"
             if res.get("missing"):
                 raise WeightSyncError(
                     f"{worker}: engine parameters not covered by the push: {res['missing'][:5]}"
@@ -228,7 +228,7 @@ class WeightTransport(ABC):
                 try:
                     ray.get(ref, timeout=0)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                    index = str(self._worker_id(i))
+                    index = str(self.worker_ids[i])
                     break
                 except ray.exceptions.GetTimeoutError:
                     continue
@@ -241,9 +241,6 @@ class WeightTransport(ABC):
         if len(workers) != len(ids):
             raise ValueError(f"{len(workers)} workers with {len(ids)} ids; need one id each")
         self.workers, self.worker_ids = list(workers), list(ids)
-
-    def _worker_id(self, i: int) -> int:
-        return self.worker_ids[i]
 
     @abstractmethod
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], index: int) -> list[Any]:

@@ -109,7 +109,7 @@ class NcclTransport(WeightTransport):
         refs = [w.nccl_gpus.remote() for w in self.workers]
         engines = self._wait(refs, "name its GPUs for the NCCL group")
         mine = gpu_uuid()
-        shared = [self._worker_id(i) for i in shared_gpu_workers(mine, engines)]
+        shared = [self.worker_ids[i] for i in shared_gpu_workers(mine, engines)]
         if shared:
             raise WeightSyncError(
                 f"nccl: rollout worker(s) {shared} run on the learner's own GPU ({mine}), and "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tokenizers.processors import TemplateProcessing
 
-from actors.rollout.vllm_engine import processor_text
+from actors.rollout.vllm_engine import added_prefix, processor_text
 from rlcs.data import Item
 from rlcs.prompts import render_prompt
 from rlcs.tokenizer import build_tokenizer
@@ -30,7 +30,8 @@ def test_a_tokenizer_that_adds_the_templates_prefix_gets_it_once():
     assert text.startswith("[gMASK]<sop>")
     doubled = tok.encode(text, add_special_tokens=True)
     assert doubled[:4] == doubled[2:4] * 2  # what the processor would have been given
-    sent = processor_text(text, tok)
+    assert added_prefix(tok) == "[gMASK]<sop>"
+    sent = processor_text(text, added_prefix(tok))
     assert tok.encode(sent, add_special_tokens=True) == tok.encode(text, add_special_tokens=False)
 
 
@@ -38,4 +39,5 @@ def test_a_tokenizer_that_adds_nothing_gets_the_text_as_rendered():
     tok = build_tokenizer()
     text = render_prompt(ITEM, tok)
     assert tok.encode("", add_special_tokens=True) == []
-    assert processor_text(text, tok) == text
+    assert added_prefix(tok) == ""
+    assert processor_text(text, added_prefix(tok)) == text
