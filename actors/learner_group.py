@@ -31,8 +31,13 @@ class LearnerGroup:
         placement_group: Any = None,
         schedule_timeout_s: float = 120.0,
         runtime_env: dict[str, Any] | None = None,
+        wait: bool = True,
     ):
+        """Starts the ranks. With ``wait`` (the default) it returns once they have joined their
+        process group; ``wait=False`` returns at once, so that the caller can start other actors
+        while the ranks start, and must call ``wait_ready`` before using the group."""
         self.config = config
+        self.schedule_timeout_s = schedule_timeout_s
         self.model_path = str(model_path)
         n = config.learner.num_ranks
         # the placement's share of a bundle (half of it when colocated with a rollout engine);
@@ -53,19 +58,36 @@ class LearnerGroup:
                     placement_group, placement_group_bundle_index=rank
                 )
             self.actors.append(actor_cls.options(**opts).remote(config, self.model_path, rank, n))
+        self._resources = f"{num_cpus_per_rank} CPU, {gpus} GPU each"
+        self.ready = False
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until every rank is scheduled (``schedule_timeout_s``) and has joined the
+        process group; then the group is ready for steps. Idempotent."""
+        if self.ready:
+            return
+        n = len(self.actors)
         try:
-            ray.get([a.ping.remote() for a in self.actors], timeout=schedule_timeout_s)
+            ray.get([a.ping.remote() for a in self.actors], timeout=self.schedule_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             raise RuntimeError(
-                f"{n} learner ranks ({num_cpus_per_rank} CPU, {gpus} GPU each) could not all be "
-                f"scheduled within {schedule_timeout_s:.0f}s; is the cluster big enough?"
+                f"{n} learner ranks ({self._resources}) could not all be scheduled within "
+                f"{self.schedule_timeout_s:.0f}s; is the cluster big enough?"
             ) from None
         addr, port = ray.get(self.actors[0].address.remote())
         ray.get([a.init.remote(addr, port) for a in self.actors])
         self.tokenizer, self.processor = load_processors(self.model_path)
+        self.ready = True
+
+    def _check_ready(self) -> None:
+        if not self.ready:
+            raise RuntimeError("LearnerGroup(wait=False): call wait_ready() before using it")
 
     def _all(self, method: str, *args: Any) -> list[Any]:
+        self._check_ready()
         return ray.get([getattr(a, method).remote(*args) for a in self.actors])
 
     def train_step(
@@ -73,6 +95,7 @@ class LearnerGroup:
     ) -> dict[str, float]:
         """One call of ``stage`` (default: the config's) on ``batch``; metrics summed over ranks
         where they are sums (loss, tokens, clipped), else rank 0's."""
+        self._check_ready()
         steps = prepare_step(
             stage or self.config.stage,
             batch,

@@ -175,6 +175,22 @@ def test_a_colocated_rank_takes_only_its_share_of_the_bundle(ray_local, tiny_tex
     remove_placement_group(pg)
 
 
+def test_a_group_started_without_waiting_is_used_once_waited_for(ray_local, tiny_text_model):
+    """``wait=False`` lets the driver start the other roles while the ranks start."""
+    group = LearnerGroup(_config(tiny_text_model, ranks=2, micro=1), tiny_text_model, wait=False)
+    try:
+        with pytest.raises(RuntimeError, match="call wait_ready"):
+            group.train_step(None, text_batch(0))
+        with pytest.raises(RuntimeError, match="call wait_ready"):
+            group.export_hf("/nonexistent")
+        group.wait_ready()
+        group.wait_ready()  # once ready, it stays so
+        out = group.train_step(None, text_batch(0))
+        assert out["tokens"] > 0 and out["loss"] > 0 and len(out["rank_tokens"]) == 2
+    finally:
+        group.shutdown()
+
+
 def _image_doc(color: str) -> dict:
     from PIL import Image, ImageDraw
 

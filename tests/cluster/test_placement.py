@@ -252,3 +252,16 @@ def test_gpu_configs_fit_their_clusters(name, gpus, nodes):
         )
         # each role fills whole nodes, so the learner's and rollout's nodes are distinct
         assert per_node["learner"] % cfg.cluster.gpus_per_node == 0
+
+
+def test_the_roles_start_beside_the_learner_unless_an_engine_shares_its_gpu():
+    from cluster.roles import start_together
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert start_together(load_config(root / "tiny-vlm.yaml"))  # colocated on CPU
+    assert start_together(load_config(root / "tiny-text.yaml"))
+    assert start_together(load_config(root / "glm4v-9b-4node.yaml"))  # split roles on GPUs
+    # one 8-GPU node, colocated: each engine sizes its KV cache by what its rank left free
+    assert not start_together(load_config(root / "glm4v-9b-8xh100.yaml"))
+    # pretraining and SFT start the learner alone
+    assert not start_together(load_config(root / "tiny-vlm.yaml", ["stage=sft"]))
