@@ -58,7 +58,6 @@ def start_roles(
         cfg if cfg.stage == "rl" else _learner_only(cfg), fixed_cluster=fixed
     )
     learner_opts = placement.options("learner", 0)
-    overlap = start_together(cfg)
     learner = LearnerGroup(
         cfg,
         model_path,
@@ -66,7 +65,7 @@ def start_roles(
         num_gpus_per_rank=learner_opts["num_gpus"],
         placement_group=placement.groups["learner"],
         runtime_env=learner_opts.get("runtime_env"),
-        wait=not overlap,
+        wait=not start_together(cfg),
     )
     roles = Roles(placement, learner)
     if cfg.stage != "rl":
