@@ -14,6 +14,7 @@ import logging
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ray
@@ -77,10 +78,13 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
             check_resume_items(run_dir, {it.id for it in data.items})
         report_resume_changes(cfg, run_dir)
         cfg = as_resumed(cfg, run_dir)  # config.yaml records what the sampler keeps
-    model_path = resolve_model(cfg, run_dir)
+    # a tiny model is built while Ray starts: on two cores each takes several seconds
+    with ThreadPoolExecutor(1, thread_name_prefix="build-model") as pool:
+        building = pool.submit(resolve_model, cfg, run_dir)
+        connect_ray(cfg)
+        model_path = building.result()
     if not resume:  # a resumed run keeps its config.yaml until it has restored its checkpoint
         write_resolved(cfg, run_dir)
-    connect_ray(cfg)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
     roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
