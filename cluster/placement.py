@@ -272,11 +272,14 @@ def create_placement(
         try:
             ray.get(ref, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
+            # what is free is read before the groups are removed: the removal hands their
+            # resources back asynchronously, and the message must not depend on how soon
+            short = _free(plan.bundles[role], ray.available_resources())
             for pg in groups.values():
                 ray.util.remove_placement_group(pg)
             raise PlacementError(
                 f"could not reserve the {role} bundles {plan.bundles[role]} within "
-                f"{timeout_s:.0f}s; {_free(plan.bundles[role], ray.available_resources())}"
+                f"{timeout_s:.0f}s; {short}"
             ) from None
     placement = Placement(groups, plan, cfg.cluster.colocate, cfg.run.overlap_rollout)
     try:
