@@ -139,12 +139,20 @@ def test_resume_after_kill_equals_an_uninterrupted_run(straight_run, tmp_path):
 
 @pytest.mark.slow
 def test_ray_job_submit_runs_tiny_text(tmp_path):
-    from cluster.local_head import local_ray_head
+    from cluster.local_head import local_ray_head, ray_cli
 
     with local_ray_head(num_cpus=2) as head:
+        # the head takes jobs with its token only
+        no_token = dict(head.env, RAY_AUTH_TOKEN_PATH=str(tmp_path / "none"))
+        no_token.pop("RAY_AUTH_TOKEN")
+        denied = subprocess.run(
+            [ray_cli(), "job", "submit", "--address", head.dashboard_url, "--", "echo", "x"],
+            env=no_token, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
         # the README's command, as is
         r = head.submit("rlcs", "train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path}",
                         working_dir=str(ROOT), timeout=900)  # fmt: skip
+    assert denied.returncode != 0 and "auth" in (denied.stdout + denied.stderr).lower()
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "succeeded" in r.stdout
     run = tmp_path / "tiny-text"
