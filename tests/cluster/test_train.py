@@ -166,17 +166,11 @@ def test_ray_job_submit_runs_tiny_text(tmp_path):
     assert mismatch and all(0.0 <= x < 0.05 for x in mismatch), mismatch
 
 
-def start_run(sets: list[str], root: Path) -> subprocess.Popen:
-    """`rlcs train` on tiny-text in its own session, returned once its first checkpoint is
-    written (or it has ended, or 600 s have passed)."""
-    args = set_args(sets, root)
-    proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    first = root / "tiny-text" / "checkpoints" / "step_00000001"
-    deadline = time.monotonic() + 600
-    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Until ``path`` exists, ``proc`` has ended, or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    return proc
 
 
 def role_processes(driver: int, role: str) -> list[psutil.Process]:
@@ -189,44 +183,6 @@ def role_processes(driver: int, role: str) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return procs
-
-
-@pytest.mark.slow
-def test_a_dead_learner_fails_the_run_cleanly_and_it_resumes(tmp_path):
-    sets = [*FAST, "rollout.engine=hf", "run.iterations=3", "run.save_every=1"]
-    proc = start_run(sets, tmp_path)
-    learners = role_processes(proc.pid, "Learner")
-    assert learners, "no learner process found under the driver"
-    learners[0].kill()
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, err[-3000:]
-    assert "a Learner actor died" in err and "continue with --resume" in err
-    resumed = run_cli("configs/tiny-text.yaml", "--resume", *set_args(sets, tmp_path))
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert [r["step"] for r in read_metrics(tmp_path / "tiny-text")] == [1, 2, 3]
-
-
-@pytest.mark.slow
-def test_killed_rollout_worker_and_reward_actor_are_restarted(tmp_path):
-    n = 2
-    sets = [*FAST, f"rollout.n={n}", "rollout.engine=hf", "run.iterations=4", "run.save_every=1"]
-    proc = start_run(sets, tmp_path)
-    killed = [role_processes(proc.pid, role) for role in ("RolloutWorker", "RewardActor")]
-    assert all(killed), f"role processes not found: {killed}"
-    for procs in killed:
-        procs[0].kill()
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-4000:]
-
-    recs = read_metrics(tmp_path / "tiny-text")
-    assert [r["step"] for r in recs] == [1, 2, 3, 4]
-    assert recs[-1]["errors/rollout_restarts"] >= 1
-    # every rollout was reported to the curriculum exactly once: attempts = groups x n
-    from rlcs.curriculum.persistence import load_curriculum
-
-    cur = load_curriculum(tmp_path / "tiny-text", attach=False)
-    assert int(cur.attempts.sum()) == n * int(sum(r["curriculum/groups"] for r in recs))
-    assert "restarted" in err
 
 
 @pytest.mark.slow
@@ -246,27 +202,60 @@ def test_supervised_stages_run_through_the_same_driver(tmp_path, stage):
 
 
 @pytest.mark.slow
-def test_a_run_stopped_by_its_time_limit_ends_as_if_done_and_resumes(tmp_path):
-    # a 1 s limit is spent before the first iteration ends: the run stops after it, evaluates
-    # and checkpoints it although neither is on schedule, and exports its model
-    sets = [*FAST, "rollout.engine=hf", "run.iterations=3", "run.eval_every=2", "run.save_every=0"]
-    r = run_cli("configs/tiny-text.yaml", *set_args([*sets, "run.max_wall_s=1"], tmp_path))
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert "run.max_wall_s=1: stopped after iteration 1 of 3" in r.stderr
+def test_a_run_goes_on_after_its_time_limit_dead_workers_and_a_dead_learner(tmp_path):
+    """One run through each way a launch ends early or loses an actor, each launch taking over
+    from the one before (one driver start serves several of the cases)."""
+    n = 2
+    sets = [*FAST, f"rollout.n={n}", "rollout.engine=hf", "run.iterations=6", "run.eval_every=2"]
     run = tmp_path / "tiny-text"
+    ckpt = run / "checkpoints"
+
+    # 1. a 1 s limit is spent before the first iteration ends: the run stops after it,
+    # evaluates and checkpoints it although neither is on schedule, and exports its model
+    r = run_cli("configs/tiny-text.yaml",
+                *set_args([*sets, "run.save_every=0", "run.max_wall_s=1"], tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "run.max_wall_s=1: stopped after iteration 1 of 6" in r.stderr
     recs = read_metrics(run)
     assert [m["step"] for m in recs] == [1] and "eval/pass_rate/all" in recs[0]
-    assert (run / "checkpoints" / "step_00000001").is_dir()
+    assert (ckpt / "step_00000001").is_dir()
     assert (run / "hf" / "config.json").is_file() and (run / "report.md").is_file()
-    # --resume without the limit goes on from that checkpoint to the run's end
-    r = run_cli(
-        "configs/tiny-text.yaml", "--resume", *set_args([*sets, "run.max_wall_s=null"], tmp_path)
-    )
+
+    # 2. --resume without the limit goes on from that checkpoint; a killed rollout worker and
+    # reward actor are restarted and the run goes on; a killed learner stops it, exit 1, with
+    # its checkpoints intact
+    sets = [*sets, "run.save_every=1", "run.max_wall_s=null"]
+    proc = subprocess.Popen([RLCS, "train", "configs/tiny-text.yaml", "--resume", *set_args(sets, tmp_path)],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    wait_for(ckpt / "step_00000002", proc)
+    killed = [role_processes(proc.pid, role) for role in ("RolloutWorker", "RewardActor")]
+    assert all(killed), f"role processes not found: {killed}"
+    for procs in killed:
+        procs[0].kill()
+    wait_for(ckpt / "step_00000004", proc)
+    learners = role_processes(proc.pid, "Learner")
+    assert learners, "no learner process found under the driver"
+    learners[0].kill()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    assert "restarted" in err
+    assert "a Learner actor died" in err and "continue with --resume" in err
+    assert max(r.get("errors/rollout_restarts", 0) for r in read_metrics(run)) >= 1
+
+    # 3. --resume again: the run ends where it would have without any of it
+    r = run_cli("configs/tiny-text.yaml", "--resume", *set_args(sets, tmp_path))
     assert r.returncode == 0, r.stderr[-4000:]
     recs = read_metrics(run)
-    assert [m["step"] for m in recs] == [1, 2, 3]
-    assert [m["step"] for m in recs if "eval/pass_rate/all" in m] == [1, 2, 3]
-    assert (run / "checkpoints" / "step_00000003").is_dir()
+    assert [m["step"] for m in recs] == [1, 2, 3, 4, 5, 6]
+    assert [m["step"] for m in recs if "eval/pass_rate/all" in m] == [1, 2, 4, 6]
+    assert (ckpt / "step_00000006").is_dir()
+    # every rollout of the steps kept was reported to the curriculum exactly once, across the
+    # restarts and the resumes: attempts = groups x n
+    from rlcs.curriculum.persistence import load_curriculum
+
+    cur = load_curriculum(run, attach=False)
+    assert int(cur.attempts.sum()) == n * int(sum(r["curriculum/groups"] for r in recs))
 
 
 def test_eval_metrics_name_every_figure_of_the_held_out_evaluation():
