@@ -219,8 +219,9 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
                             difficulty=(0.0, 0.3), progress=False)  # fmt: skip
     heldout = files["heldout"]
 
-    # greedy, in batches of 2 items: the figures `evaluate` gives the demo
-    assert main(_eval_args(tiny_vlm, [heldout])) == 0
+    # greedy, in batches of 2 items: the figures `evaluate` gives the demo, one answer an item
+    answers = tmp_path / "answers" / "a.jsonl"
+    assert main(_eval_args(tiny_vlm, [heldout], out=str(answers))) == 0
     out = capsys.readouterr().out
     result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
     want = evaluate(tiny_vlm, _items(tmp_path / "again"), RolloutConfig(
@@ -228,14 +229,18 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     assert {d: {k: v[k] for k in ("pass_rate", "reward")} for d, v in result["summary"].items()} \
         == want  # fmt: skip
     assert "one greedy answer per item" in out and result["temperature"] == 0.0
+    ids = [it.id for it in load_items(heldout)]
+    assert [json.loads(line)["id"] for line in answers.read_text().splitlines()] == ids
 
-    # sampled: K answers per item, all written, in item order, and the summary is theirs
-    answers = tmp_path / "answers" / "a.jsonl"
+    # an existing --out is replaced only when asked to
     args = _eval_args(tiny_vlm, [heldout], samples=3, temperature=1.0, out=str(answers))
+    assert main(args) == 2
+    assert "a.jsonl exists; give another file, or --overwrite" in capsys.readouterr().err
+    # sampled: K answers per item, all written, in item order, and the summary is theirs
+    args.overwrite = True
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1].removeprefix("RESULT "))
     rows = [json.loads(line) for line in answers.read_text().splitlines()]
-    ids = [it.id for it in load_items(heldout)]
     assert [(r["id"], r["sample"]) for r in rows] == [(i, k) for i in ids for k in range(3)]
     assert all(r["passed"] == (r["error"] is None and r["reward"] >= 1.0) for r in rows)
     assert result["summary"] == eval_summary(rows)
@@ -243,11 +248,6 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     # the untrained model's answers are malformed: wrong answers, not unscorable ones
     assert sum(result["summary"]["all"]["errors"].values()) > 0
     assert result["summary"]["all"]["unscorable"] == 0
-    # an existing --out is replaced only when asked to
-    assert main(_eval_args(tiny_vlm, [heldout], out=str(answers))) == 2
-    assert "a.jsonl exists; give another file, or --overwrite" in capsys.readouterr().err
-    assert main(_eval_args(tiny_vlm, [heldout], out=str(answers), overwrite=True)) == 0
-    assert len(answers.read_text().splitlines()) == len(ids)  # one greedy answer an item
 
     # bad input: a clear message and exit code 2, nothing written
     for bad, message in [
