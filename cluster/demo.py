@@ -18,9 +18,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rlcs.config import Config, load_config
 from rlcs.dashboard import DEMO_MARKER  # written when a demo starts: --resume needs it
+
+if TYPE_CHECKING:
+    from rlcs.config_roles import RolloutConfig
+    from rlcs.data import Item
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-vlm.yaml"
 
@@ -83,6 +88,11 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
 #: Written into a stage's directory when the stage has finished: its settings and wall time.
 STAGE_DONE = "demo-stage.json"
 STAGES = ("data", "pretrain", "sft", "rl")
+#: The held-out evaluation of SFT's checkpoint, kept with SFT on ``--resume`` when it is
+#: asked the same (``eval_settings``), in a directory of its own
+STAGE_DIRS = {"eval after SFT": "eval-sft"}
+#: Rollout settings a greedy evaluation does not read
+SAMPLING_ONLY = ("n", "temperature", "top_p", "num_workers", "sleep_between_iterations")
 #: Parts of the config that pretraining and SFT never read: only the RL stage starts rollout
 #: engines, reward actors and the sampler, and runs GRPO. An edit to them leaves the demo's
 #: earlier stages kept on ``--resume``.
@@ -109,6 +119,13 @@ def stage_settings(cfg: Config) -> dict:
     return out
 
 
+def eval_settings(rollout: RolloutConfig, heldout: list[Item], cpus: float) -> dict:
+    """What the greedy held-out evaluation's figures depend on, beside the model: the rollout
+    settings less the sampling ones, the items, and the CPU threads it runs on."""
+    out = rollout.model_dump(mode="json", exclude=set(SAMPLING_ONLY))
+    return {"rollout": out, "heldout": [it.id for it in heldout], "cpus": cpus}
+
+
 class StageLedger:
     """Which stages of a resumed demo are kept: those that finished with the same settings, up
     to the first that did not. That stage and every later one run again, from an empty
@@ -119,23 +136,36 @@ class StageLedger:
         self.keeping = resume
         self.kept: dict[str, float] = {}  # stage -> its wall time when it ran
 
-    def keep(self, name: str, settings: dict) -> bool:
-        marker = self.root / name / STAGE_DONE
+    def keep(self, name: str, settings: dict, feeds_later: bool = True) -> bool:
+        """Whether stage ``name`` is kept. A stage that does not feed the later ones (an
+        evaluation) is kept or run again without deciding for the stages after it."""
+        marker = self.root / STAGE_DIRS.get(name, name) / STAGE_DONE
         if self.keeping and marker.is_file():
             done = json.loads(marker.read_text())
             if done.get("settings") == settings:
                 self.kept[name] = done["wall_s"]
                 return True
-        self.keeping = False
-        if (self.root / name).exists():
-            shutil.rmtree(self.root / name)
+        if feeds_later:
+            self.keeping = False
+        if marker.parent.exists():
+            shutil.rmtree(marker.parent)
         return False
 
-    def finished(self, name: str, settings: dict, wall_s: float) -> None:
-        marker = self.root / name / STAGE_DONE
+    def finished(self, name: str, settings: dict, wall_s: float, result: Any = None) -> None:
+        marker = self.root / STAGE_DIRS.get(name, name) / STAGE_DONE
+        marker.parent.mkdir(parents=True, exist_ok=True)
         tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"settings": settings, "wall_s": wall_s}, indent=1))
+        done = {"settings": settings, "wall_s": wall_s}
+        if result is not None:
+            done["result"] = result
+        tmp.write_text(json.dumps(done, indent=1))
         tmp.replace(marker)
+
+    def result(self, name: str) -> Any:
+        """What a kept stage returned when it ran (its evaluation's figures)."""
+        return json.loads((self.root / STAGE_DIRS.get(name, name) / STAGE_DONE).read_text())[
+            "result"
+        ]
 
 
 def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
@@ -180,20 +210,20 @@ def run(
     root.mkdir(parents=True, exist_ok=True)
     (root / DEMO_MARKER).write_text(json.dumps({"config": str(config)}))
 
-    def stage(name: str, fn, settings: dict | None = None):
-        if settings is not None and ledger.keep(name, settings):
+    def stage(name: str, fn, settings: dict | None = None, evaluation: bool = False):
+        if settings is not None and ledger.keep(name, settings, feeds_later=not evaluation):
             console.rule(f"[bold]{name}[/] (kept)")
             console.print(
                 f"{name}: kept from the earlier attempt (it took {ledger.kept[name]:.0f}s)"
             )
             walls[name] = 0.0
-            return None
+            return ledger.result(name) if evaluation else None
         console.rule(f"[bold]{name}")
         s = time.perf_counter()
         out = fn()
         walls[name] = time.perf_counter() - s
         if settings is not None:
-            ledger.finished(name, settings, walls[name])
+            ledger.finished(name, settings, walls[name], out if evaluation else None)
         console.print(f"[green]{name} done[/] in {walls[name]:.0f}s")
         return out
 
@@ -214,8 +244,10 @@ def run(
     heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
     cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
+    # kept only with SFT's checkpoint: a stage before it that ran again ends the keeping
     before = stage("eval after SFT",
-                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
+                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus),
+                   eval_settings(rl.rollout, heldout, cpus), evaluation=True)  # fmt: skip
     if budget_s:
         left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
         rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])

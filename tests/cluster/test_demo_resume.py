@@ -78,6 +78,47 @@ def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
     assert not demo.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
 
 
+def test_an_evaluation_is_kept_with_its_checkpoint_and_decides_nothing_after_it(tmp_path):
+    asked, figures = {"max_answer_tokens": 8}, {"all": {"pass_rate": 0.25, "reward": 0.5}}
+
+    def attempt(sft: dict, evaluation: dict) -> demo.StageLedger:
+        ledger = demo.StageLedger(tmp_path, resume=(tmp_path / "rl").exists())
+        for name, settings in (("data", {}), ("pretrain", {}), ("sft", sft)):
+            if not ledger.keep(name, settings):
+                ledger.finished(name, settings, wall_s=1.0)
+        if not ledger.keep("eval after SFT", evaluation, feeds_later=False):
+            ledger.finished("eval after SFT", evaluation, wall_s=2.0, result=figures)
+        if not ledger.keep("rl", {"iterations": 3}):
+            ledger.finished("rl", {"iterations": 3}, wall_s=3.0)
+        return ledger
+
+    assert attempt({"lr": 1}, asked).kept == {}
+    # the same again: every stage kept, the evaluation with its figures
+    again = attempt({"lr": 1}, asked)
+    assert set(again.kept) == {"data", "pretrain", "sft", "eval after SFT", "rl"}
+    assert again.result("eval after SFT") == figures
+    # the evaluation asked otherwise runs again, and RL, which it does not feed, is still kept
+    again = attempt({"lr": 1}, {"max_answer_tokens": 16})
+    assert "eval after SFT" not in again.kept and "rl" in again.kept
+    # SFT ran again: its evaluation, asked the same, runs again too
+    again = attempt({"lr": 2}, {"max_answer_tokens": 16})
+    assert set(again.kept) == {"data", "pretrain"}
+
+
+def test_a_greedy_evaluation_is_asked_the_same_whatever_the_sampling():
+    from types import SimpleNamespace
+
+    from rlcs.config_roles import RolloutConfig
+
+    items = [SimpleNamespace(id="a"), SimpleNamespace(id="b")]
+    base = demo.eval_settings(RolloutConfig(), items, 2.0)
+    sampled = RolloutConfig(n=4, temperature=0.7, top_p=0.9, num_workers=2)
+    assert demo.eval_settings(sampled, items, 2.0) == base
+    assert demo.eval_settings(RolloutConfig(max_answer_tokens=8), items, 2.0) != base
+    assert demo.eval_settings(RolloutConfig(), items[:1], 2.0) != base
+    assert demo.eval_settings(RolloutConfig(), items, 1.0) != base
+
+
 def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):
     def settings(stage, *edits):
         return demo.stage_settings(
@@ -140,12 +181,13 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
     from rlcs.runlog import read_metrics
 
     assert max(r["step"] for r in read_metrics(root / "rl")) == 3 == second["rl_iterations"]
-    assert set(second["kept_stages"]) == {"data", "pretrain", "sft"}
-    assert second["stage_wall_s"]["rl"] > 0
+    # SFT's held-out evaluation too: the same checkpoint, asked the same (the RL temperature
+    # is not read by a greedy evaluation)
+    assert set(second["kept_stages"]) == {"data", "pretrain", "sft", "eval after SFT"}
+    assert second["stage_wall_s"]["rl"] > 0 and second["stage_wall_s"]["eval after SFT"] == 0
     for s, mtime in weights.items():
         assert (root / s / "hf" / "config.json").stat().st_mtime_ns == mtime, s
     assert not (root / "rl" / "stale.txt").exists()
     assert (root / "rl" / demo.STAGE_DONE).is_file() and (root / "rl" / "hf").is_dir()
-    # the same checkpoint from SFT, so the same held-out figures before RL
-    assert second["sft_pass_rate"] == first["sft_pass_rate"]
+    assert second["before"] == first["before"]
     assert "kept from an earlier attempt" in (root / "report.md").read_text()
