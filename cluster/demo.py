@@ -12,20 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from cluster.demo_ledger import StageLedger, eval_settings, stage_settings
 from rlcs.config import Config, load_config
 from rlcs.dashboard import DEMO_MARKER  # written when a demo starts: --resume needs it
-
-if TYPE_CHECKING:
-    from rlcs.config_roles import RolloutConfig
-    from rlcs.data import Item
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-vlm.yaml"
 
@@ -85,89 +80,6 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     )
 
 
-#: Written into a stage's directory when the stage has finished: its settings and wall time.
-STAGE_DONE = "demo-stage.json"
-STAGES = ("data", "pretrain", "sft", "rl")
-#: The held-out evaluation of SFT's checkpoint, kept with SFT on ``--resume`` when it is
-#: asked the same (``eval_settings``), in a directory of its own
-STAGE_DIRS = {"eval after SFT": "eval-sft"}
-#: Rollout settings a greedy evaluation does not read
-SAMPLING_ONLY = ("n", "temperature", "top_p", "num_workers", "sleep_between_iterations")
-#: Parts of the config that pretraining and SFT never read: only the RL stage starts rollout
-#: engines, reward actors and the sampler, and runs GRPO. An edit to them leaves the demo's
-#: earlier stages kept on ``--resume``.
-RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weights",
-           "run.iterations", "run.prompts_per_iteration", "run.topup_rounds",
-           "run.samples_per_iteration", "run.eval_every", "run.eval_samples")  # fmt: skip
-
-
-def stage_settings(cfg: Config) -> dict:
-    """What a demo stage's result depends on: its whole resolved config, less the parts that
-    only RL reads when the stage is pretraining or SFT. The time limit is left out: it is what
-    the demo's budget left when the stage started, and a stage that finished under it is done;
-    so is ``data.image_check``, which checks the data without changing it."""
-    out = cfg.model_dump(mode="json")
-    del out["run"]["max_wall_s"]
-    del out["data"]["image_check"]  # how the data is checked at load, not what is trained
-    if cfg.stage != "rl":
-        for path in RL_ONLY:
-            *parents, key = path.split(".")
-            section = out
-            for name in parents:
-                section = section[name]
-            del section[key]
-    return out
-
-
-def eval_settings(rollout: RolloutConfig, heldout: list[Item], cpus: float) -> dict:
-    """What the greedy held-out evaluation's figures depend on, beside the model: the rollout
-    settings less the sampling ones, the items, and the CPU threads it runs on."""
-    out = rollout.model_dump(mode="json", exclude=set(SAMPLING_ONLY))
-    return {"rollout": out, "heldout": [it.id for it in heldout], "cpus": cpus}
-
-
-class StageLedger:
-    """Which stages of a resumed demo are kept: those that finished with the same settings, up
-    to the first that did not. That stage and every later one run again, from an empty
-    directory, so nothing of an interrupted attempt mixes into the new one."""
-
-    def __init__(self, root: Path, resume: bool):
-        self.root = root
-        self.keeping = resume
-        self.kept: dict[str, float] = {}  # stage -> its wall time when it ran
-
-    def keep(self, name: str, settings: dict, feeds_later: bool = True) -> bool:
-        """Whether stage ``name`` is kept. A stage that does not feed the later ones (an
-        evaluation) is kept or run again without deciding for the stages after it."""
-        marker = self.root / STAGE_DIRS.get(name, name) / STAGE_DONE
-        if self.keeping and marker.is_file():
-            done = json.loads(marker.read_text())
-            if done.get("settings") == settings:
-                self.kept[name] = done["wall_s"]
-                return True
-        if feeds_later:
-            self.keeping = False
-        if marker.parent.exists():
-            shutil.rmtree(marker.parent)
-        return False
-
-    def finished(self, name: str, settings: dict, wall_s: float, result: Any = None) -> None:
-        marker = self.root / STAGE_DIRS.get(name, name) / STAGE_DONE
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(".tmp")
-        done = {"settings": settings, "wall_s": wall_s}
-        if result is not None:
-            done["result"] = result
-        tmp.write_text(json.dumps(done, indent=1))
-        tmp.replace(marker)
-
-    def result(self, name: str) -> Any:
-        """What a kept stage returned when it ran (its evaluation's figures)."""
-        return json.loads((self.root / STAGE_DIRS.get(name, name) / STAGE_DONE).read_text())[
-            "result"
-        ]
-
-
 def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
     """The dashboard server for ``run_dir``, its output in ``log``."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +129,7 @@ def run(
                 f"{name}: kept from the earlier attempt (it took {ledger.kept[name]:.0f}s)"
             )
             walls[name] = 0.0
-            return ledger.result(name) if evaluation else None
+            return ledger.results.get(name)
         console.rule(f"[bold]{name}")
         s = time.perf_counter()
         out = fn()

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from cluster import demo
+from cluster import demo, demo_ledger
 from rlcs.config import load_config
 
 
@@ -61,13 +61,13 @@ def test_a_bad_set_is_refused_before_anything_is_written(tmp_path, capsys):
 
 
 def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
-    first = demo.StageLedger(tmp_path, resume=False)
-    for i, name in enumerate(demo.STAGES):
+    first = demo_ledger.StageLedger(tmp_path, resume=False)
+    for i, name in enumerate(demo_ledger.STAGES):
         assert not first.keep(name, {"lr": 1})
         (tmp_path / name).mkdir()
         (tmp_path / name / "out.txt").write_text(name)
         first.finished(name, {"lr": 1}, wall_s=10.0 + i)
-    again = demo.StageLedger(tmp_path, resume=True)
+    again = demo_ledger.StageLedger(tmp_path, resume=True)
     assert again.keep("data", {"lr": 1}) and again.keep("pretrain", {"lr": 1})
     assert not again.keep("sft", {"lr": 2})  # changed: it runs again, from an empty directory
     assert not (tmp_path / "sft").exists()
@@ -75,14 +75,14 @@ def test_the_ledger_keeps_stages_up_to_the_first_changed_one(tmp_path):
     assert not (tmp_path / "rl").exists()
     assert again.kept == {"data": 10.0, "pretrain": 11.0}
     # without --resume nothing is kept
-    assert not demo.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
+    assert not demo_ledger.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
 
 
 def test_an_evaluation_is_kept_with_its_checkpoint_and_decides_nothing_after_it(tmp_path):
     asked, figures = {"max_answer_tokens": 8}, {"all": {"pass_rate": 0.25, "reward": 0.5}}
 
-    def attempt(sft: dict, evaluation: dict) -> demo.StageLedger:
-        ledger = demo.StageLedger(tmp_path, resume=(tmp_path / "rl").exists())
+    def attempt(sft: dict, evaluation: dict) -> demo_ledger.StageLedger:
+        ledger = demo_ledger.StageLedger(tmp_path, resume=(tmp_path / "rl").exists())
         for name, settings in (("data", {}), ("pretrain", {}), ("sft", sft)):
             if not ledger.keep(name, settings):
                 ledger.finished(name, settings, wall_s=1.0)
@@ -96,7 +96,7 @@ def test_an_evaluation_is_kept_with_its_checkpoint_and_decides_nothing_after_it(
     # the same again: every stage kept, the evaluation with its figures
     again = attempt({"lr": 1}, asked)
     assert set(again.kept) == {"data", "pretrain", "sft", "eval after SFT", "rl"}
-    assert again.result("eval after SFT") == figures
+    assert again.results["eval after SFT"] == figures
     # the evaluation asked otherwise runs again, and RL, which it does not feed, is still kept
     again = attempt({"lr": 1}, {"max_answer_tokens": 16})
     assert "eval after SFT" not in again.kept and "rl" in again.kept
@@ -111,17 +111,17 @@ def test_a_greedy_evaluation_is_asked_the_same_whatever_the_sampling():
     from rlcs.config_roles import RolloutConfig
 
     items = [SimpleNamespace(id="a"), SimpleNamespace(id="b")]
-    base = demo.eval_settings(RolloutConfig(), items, 2.0)
+    base = demo_ledger.eval_settings(RolloutConfig(), items, 2.0)
     sampled = RolloutConfig(n=4, temperature=0.7, top_p=0.9, num_workers=2)
-    assert demo.eval_settings(sampled, items, 2.0) == base
-    assert demo.eval_settings(RolloutConfig(max_answer_tokens=8), items, 2.0) != base
-    assert demo.eval_settings(RolloutConfig(), items[:1], 2.0) != base
-    assert demo.eval_settings(RolloutConfig(), items, 1.0) != base
+    assert demo_ledger.eval_settings(sampled, items, 2.0) == base
+    assert demo_ledger.eval_settings(RolloutConfig(max_answer_tokens=8), items, 2.0) != base
+    assert demo_ledger.eval_settings(RolloutConfig(), items[:1], 2.0) != base
+    assert demo_ledger.eval_settings(RolloutConfig(), items, 1.0) != base
 
 
 def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):
     def settings(stage, *edits):
-        return demo.stage_settings(
+        return demo_ledger.stage_settings(
             demo.stage_config(demo.DEFAULT_CONFIG, tmp_path, stage, [f"stage={stage}", *edits])
         )
 
@@ -169,7 +169,7 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
             s: (root / s / "hf" / "config.json").stat().st_mtime_ns for s in ("pretrain", "sft")
         }
         # RL died before it finished: its directory holds a partial run and no completion mark
-        (root / "rl" / demo.STAGE_DONE).unlink()
+        (root / "rl" / demo_ledger.STAGE_DONE).unlink()
         (root / "rl" / "stale.txt").write_text("from the attempt that died")
         # and the RL settings were edited: pretraining and SFT do not read them
         cfg["rollout"]["temperature"] = 1.0
@@ -188,6 +188,6 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
     for s, mtime in weights.items():
         assert (root / s / "hf" / "config.json").stat().st_mtime_ns == mtime, s
     assert not (root / "rl" / "stale.txt").exists()
-    assert (root / "rl" / demo.STAGE_DONE).is_file() and (root / "rl" / "hf").is_dir()
+    assert (root / "rl" / demo_ledger.STAGE_DONE).is_file() and (root / "rl" / "hf").is_dir()
     assert second["before"] == first["before"]
     assert "kept from an earlier attempt" in (root / "report.md").read_text()
