@@ -352,16 +352,18 @@ from rewards import Verdict, Verifier
 
 
 class Parity(Verifier):
-    \"\"\"1 for an answer of even length: an untrained model's groups then hold both rewards.\"\"\"
+    \"\"\"1 for an answer of even length, 0.25 for odd: an untrained model's groups then hold
+    both rewards, and a reward of 0.25 can only come from this verifier.\"\"\"
 
     def verify(self, extracted, answer, options):
-        return Verdict(float(len(extracted or "") % 2 == 0))
+        return Verdict(1.0 if len(extracted or "") % 2 == 0 else 0.25)
 """
 
 
 @pytest.mark.slow
 def test_an_overlapped_run_trains_one_update_behind_and_resumes(tmp_path):
-    # run.overlap_rollout with checkpoints at 3 and the last step: iterations 1 and 2 gather the
+    # A domain of the user's own (reward.custom_domains), its verifier loaded by module path in
+    # the reward actors. run.overlap_rollout with checkpoints at 3 and the last step: iterations 1 and 2 gather the
     # next one's rollouts during their update, 3 does not (a checkpoint follows); resumed to 5,
     # iteration 4 gathers 5's. A batch gathered ahead comes from the weights one update behind.
     (tmp_path / "mods").mkdir()
@@ -397,3 +399,8 @@ def test_an_overlapped_run_trains_one_update_behind_and_resumes(tmp_path):
     behind = [mismatch[s] for s in (2, 3, 5) if moved[s - 1]]
     assert behind and min(behind) > 1e-4
     assert (run / "checkpoints" / "step_00000005").is_dir() and (run / "report.md").is_file()
+    # the reward actors scored every rollout with the custom domain's verifier
+    rewards = [json.loads(line)["reward"] for s in range(1, 6)
+               for line in (run / "samples" / f"step_{s:06d}.jsonl").read_text().splitlines()]  # fmt: skip
+    assert len(rewards) >= 5 * 3 * 4 and set(rewards) == {0.25, 1.0}
+    assert all(m["errors/reward"] == 0 and 0.25 <= m["reward/parity"] <= 1 for m in recs)
