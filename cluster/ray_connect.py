@@ -49,31 +49,55 @@ def address_problem(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple
         return f"no answer within {timeout_s:g}s", False
     except OSError as e:
         return e.strerror or str(e), False
-    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true") or _speaks_grpc(
-        host, int(port), timeout_s
-    ):
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    if (refused := _grpc_problem(host, int(port), timeout_s)) is None:
         return None
     return (
-        f"port {port} accepts connections but does not speak gRPC as a Ray head does within "
-        f"{timeout_s:g}s (the dashboard's port, 8265 by default, is for `ray job submit`; the "
-        "head's GCS listens on 6379 by default)",
+        f"port {port} accepts connections but {refused} (the dashboard's port, 8265 by "
+        "default, is for `ray job submit`; the head's GCS listens on 6379 by default)",
         True,
     )
 
 
-def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
-    """Whether an HTTP/2 gRPC channel to ``host:port`` becomes ready within ``timeout_s``: no
-    call is made, so neither Ray's token nor its protocol version matters."""
+#: After a failed gRPC handshake, how long the channel may take to become ready on gRPC's own
+#: reconnection (about a second later) before the address counts as not a Ray head's: a head
+#: that listens completes the handshake at once.
+HANDSHAKE_RETRY_S = 2.5
+
+
+def _grpc_problem(host: str, port: int, timeout_s: float) -> str | None:
+    """None when an HTTP/2 gRPC channel to ``host:port`` becomes ready within ``timeout_s``,
+    else what the server did instead. No call is made, so neither Ray's token nor its protocol
+    version matters. A server that fails the handshake (an HTTP/1 service answers HTTP/2's
+    preface with an error) is named within seconds rather than at the timeout."""
+    import threading
+
     import grpc
 
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     channel = grpc.insecure_channel(target)
+    settled, states = threading.Event(), []
+    done = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+
+    def watch(state: grpc.ChannelConnectivity) -> None:
+        if state in done:
+            states.append(state)
+            settled.set()
+
+    channel.subscribe(watch, try_to_connect=True)
     try:
-        grpc.channel_ready_future(channel).result(timeout=timeout_s)
-        return True
-    except grpc.FutureTimeoutError:
-        return False
+        if not settled.wait(timeout_s):
+            return f"does not complete gRPC's handshake as a Ray head does within {timeout_s:g}s"
+        if states[0] is grpc.ChannelConnectivity.READY:
+            return None
+        try:
+            grpc.channel_ready_future(channel).result(timeout=min(HANDSHAKE_RETRY_S, timeout_s))
+            return None
+        except grpc.FutureTimeoutError:
+            return "refuses gRPC's handshake, which a Ray head accepts"
     finally:
+        channel.unsubscribe(watch)
         channel.close()
 
 

@@ -343,13 +343,31 @@ def test_an_address_where_something_else_answers_fails_naming_it(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         f"rlcs train: cannot join the Ray cluster at {address} (cluster.address): port "
-        f"{server.server_port} accepts connections but does not speak gRPC as a Ray head does "
-        "within 10s (the dashboard's port, 8265 by default, is for `ray job submit`; the head's "
-        "GCS listens on 6379 by default); give the head's address, or unset cluster.address "
-        "to run on a new local cluster"
+        f"{server.server_port} accepts connections but refuses gRPC's handshake, which a Ray "
+        "head accepts (the dashboard's port, 8265 by default, is for `ray job submit`; the "
+        "head's GCS listens on 6379 by default); give the head's address, or unset "
+        "cluster.address to run on a new local cluster"
     ]
     r = _rlcs("train", "configs/tiny-text.yaml", "--set", f"run.root={tmp_path / 'runs'}",
               RAY_ADDRESS="http://127.0.0.1:8265")  # fmt: skip
     assert r.returncode == 2
     assert "at http://127.0.0.1:8265 ($RAY_ADDRESS): that is an HTTP address" in r.stderr
     assert not (tmp_path / "runs").exists()  # stopped before the run directory was made
+
+
+def test_an_address_that_accepts_and_stays_silent_is_named_at_the_timeout():
+    """A server that takes the connection and never answers HTTP/2's preface leaves the
+    channel connecting: the address counts as no head's once the timeout has passed."""
+    import socket
+
+    from cluster.ray_connect import address_problem
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        problem = address_problem(f"127.0.0.1:{port}", timeout_s=1.0)
+    assert problem == (
+        f"port {port} accepts connections but does not complete gRPC's handshake as a Ray head "
+        "does within 1s (the dashboard's port, 8265 by default, is for `ray job submit`; the "
+        "head's GCS listens on 6379 by default)",
+        True,
+    )
