@@ -101,39 +101,40 @@ def test_a_role_with_no_resources_is_reported():
     assert plan_resources(c).problems == []
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_colocated_cpu_roles_each_run_the_whole_bundles_threads(overlap):
+def test_colocated_cpu_roles_each_run_the_whole_bundles_threads():
     """Learner and engine take turns on one bundle, so each gets all of its cores as threads
     while Ray's accounting splits the bundle between them; with ``run.overlap_rollout`` they
     work at once, and each runs on its own share."""
     import ray
 
+    @ray.remote
+    class Probe:
+        def threads(self) -> int:
+            import torch
+
+            return torch.get_num_threads()
+
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        c = cfg(
-            reward={"num_actors": 1},
-            cluster={"colocate": True, "learner_cpus_per_rank": 1, "rollout_cpus_per_worker": 0.8,
-                     "reward_cpus_per_actor": 0.2},
-            run={"overlap_rollout": overlap},
-        )  # fmt: skip
-        placement = create_placement(c, timeout_s=60)
-
-        @ray.remote
-        class Probe:
-            def threads(self) -> int:
-                import torch
-
-                return torch.get_num_threads()
-
-        opts = {role: placement.options(role, 0) for role in ("learner", "rollout", "reward")}
-        assert opts["learner"]["num_cpus"] == opts["rollout"]["num_cpus"] == pytest.approx(0.9)
-        # a role that is not colocated keeps Ray's own thread sizing
-        assert "runtime_env" not in opts["reward"]
-        actors = {role: Probe.options(**opts[role]).remote() for role in ("learner", "rollout")}
-        threads = {role: ray.get(a.threads.remote(), timeout=60) for role, a in actors.items()}
-        each = 1 if overlap else 2  # 0.9 CPUs of the bundle's 1.8 each, rounded
-        assert threads == {"learner": each, "rollout": each}
-        placement.remove()
+        for overlap in (False, True):
+            c = cfg(
+                reward={"num_actors": 1},
+                cluster={"colocate": True, "learner_cpus_per_rank": 1,
+                         "rollout_cpus_per_worker": 0.8, "reward_cpus_per_actor": 0.2},
+                run={"overlap_rollout": overlap},
+            )  # fmt: skip
+            placement = create_placement(c, timeout_s=60)
+            opts = {role: placement.options(role, 0) for role in ("learner", "rollout", "reward")}
+            assert opts["learner"]["num_cpus"] == opts["rollout"]["num_cpus"] == pytest.approx(0.9)
+            # a role that is not colocated keeps Ray's own thread sizing
+            assert "runtime_env" not in opts["reward"]
+            actors = {role: Probe.options(**opts[role]).remote() for role in ("learner", "rollout")}
+            threads = {role: ray.get(a.threads.remote(), timeout=60) for role, a in actors.items()}
+            each = 1 if overlap else 2  # 0.9 CPUs of the bundle's 1.8 each, rounded
+            assert threads == {"learner": each, "rollout": each}, f"overlap_rollout={overlap}"
+            for a in actors.values():
+                ray.kill(a)
+            placement.remove()
     finally:
         ray.shutdown()
 
