@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 import torch
@@ -168,8 +169,15 @@ def test_a_colocated_rank_takes_only_its_share_of_the_bundle(ray_local, tiny_tex
     pg = placement_group([{"CPU": 2, "GPU": 1}])
     ray.get(pg.ready(), timeout=30)
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+    # the rank holds its share from the moment Ray places it, before its start has finished
     group = LearnerGroup(_config(tiny_text_model, ranks=1, micro=1), tiny_text_model,
-                         num_cpus_per_rank=1, num_gpus_per_rank=0.5, placement_group=pg)  # fmt: skip
+                         num_cpus_per_rank=1, num_gpus_per_rank=0.5, placement_group=pg,
+                         wait=False)  # fmt: skip
+    bundle_gpu = f"GPU_group_0_{pg.id.hex()}"
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get(bundle_gpu, 1.0) == 1.0 and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the rank is placed, so that the engine comes second
+    assert ray.available_resources().get(bundle_gpu, 1.0) == 0.5
 
     @ray.remote
     class Engine:  # stands in for the rollout engine's half of the bundle
