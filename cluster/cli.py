@@ -7,9 +7,11 @@ a host with no Ray, torch or vLLM installed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -259,12 +261,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `rlcs` console script: :func:`main`, then an exit that skips the interpreter's last
-    garbage collection. That collection walks every object torch, transformers and SymPy
-    created (2-3 s on two cores after a run), only to free memory the process hands back
-    anyway; the commands close their files and actors before they return."""
+    """The `rlcs` console script: :func:`main`, then a quick exit. The exit handlers run as
+    usual (Ray's shutdown among them, its messages shown); the interpreter's last garbage
+    collection is skipped: it walks every object torch, transformers and SymPy created (2-3 s
+    on two cores after a run) only to free memory the process hands back anyway, and the
+    commands close their files and actors before they return. The objects it leaves make
+    nanobind-built extensions (Triton's) print a report of "leaked" instances at teardown,
+    which is why nothing after this point reaches stderr."""
     code = main()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
     gc.freeze()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     sys.exit(code)
 
 

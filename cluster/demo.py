@@ -212,12 +212,24 @@ def run(
         "kept_stages": ledger.kept,
         "rl_reward": rl_rewards,
         "rl_iterations": rl_iters,
+        # the RL run ended early for the budget (run.max_wall_s): the command that goes on
+        "rl_continue": (
+            f"rlcs train {rl.run_dir / 'config.yaml'} --resume --set run.max_wall_s=null"
+            if 0 < rl_iters < rl.run.iterations
+            else None
+        ),
         "heldout_items": len(heldout),
     }
     (root / "demo.json").write_text(json.dumps(summary, indent=2))
     report = write_demo_report(root, summary)
     console.print(f"report: {report}")
     console.print(f"score a checkpoint again, or its samples: rlcs eval {root / 'rl'} --samples 4")
+    if summary.get("rl_continue"):
+        console.print(
+            f"RL stopped after {rl_iters} of its {rl.run.iterations} iterations for the time "
+            f"budget; to carry it on from there without a limit: {summary['rl_continue']} "
+            f"(then rlcs eval {root / 'rl'})"
+        )
     print(result_line(summary))
     return summary
 

@@ -161,6 +161,9 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         # a budget spent before RL starts: RL still runs one iteration, and stops there
         first = demo.run(config, root, dashboard_port=None, budget_s=1.0)
         assert first["kept_stages"] == {} and first["rl_iterations"] == 1
+        assert first["rl_continue"] == (
+            f"rlcs train {root / 'rl' / 'config.yaml'} --resume --set run.max_wall_s=null"
+        )
         assert load_config(root / "rl" / "config.yaml").run.max_wall_s == 1.0
         assert {"sft_pass_rate", "rl_pass_rate"} <= set(
             json.loads((root / "demo.json").read_text())
@@ -181,6 +184,7 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
     from rlcs.runlog import read_metrics
 
     assert max(r["step"] for r in read_metrics(root / "rl")) == 3 == second["rl_iterations"]
+    assert second["rl_continue"] is None  # RL ran to its end
     # SFT's held-out evaluation too: the same checkpoint, asked the same (the RL temperature
     # is not read by a greedy evaluation)
     assert set(second["kept_stages"]) == {"data", "pretrain", "sft", "eval after SFT"}
