@@ -273,7 +273,9 @@ def test_rlcs_eval_reports_the_demos_figures_and_writes_every_answer(
     shutil.copytree(tiny_vlm, run / "checkpoints" / "step_00000003" / "hf")
     (run / "config.yaml").write_text(cfg.to_yaml())
     greedy = _eval_args(model=run, data=[], overrides=[])
-    assert main(greedy) == 0  # the model --step picks: test_eval_targets_name_the_model_config_…
+    # which model --step picks is checked in
+    # test_eval_targets_name_the_model_config_and_items_or_say_what_is_missing
+    assert main(greedy) == 0
     got = json.loads(capsys.readouterr().out.splitlines()[-1].removeprefix("RESULT "))
     assert {d: {k: v[k] for k in ("pass_rate", "reward")} for d, v in got["summary"].items()} \
         == want  # fmt: skip

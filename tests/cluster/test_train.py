@@ -365,9 +365,10 @@ class Parity(Verifier):
 @pytest.mark.slow
 def test_an_overlapped_run_trains_one_update_behind_and_resumes(tmp_path):
     # A domain of the user's own (reward.custom_domains), its verifier loaded by module path in
-    # the reward actors. run.overlap_rollout with checkpoints at 3 and the last step: iterations 1 and 2 gather the
-    # next one's rollouts during their update, 3 does not (a checkpoint follows); resumed to 5,
-    # iteration 4 gathers 5's. A batch gathered ahead comes from the weights one update behind.
+    # the reward actors. run.overlap_rollout with checkpoints at 3 and the last step:
+    # iterations 1 and 2 gather the next one's rollouts during their update, 3 does not (a
+    # checkpoint follows); resumed to 5, iteration 4 gathers 5's. A batch gathered ahead comes
+    # from the weights one update behind.
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "parity_verifier.py").write_text(PARITY)
     data = tmp_path / "rl.jsonl"
