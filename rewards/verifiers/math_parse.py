@@ -247,7 +247,7 @@ def to_sympy(s: str) -> sympy.Basic:
     except RecursionError:
         raise MathParseError("expression too deeply nested") from None
     except Exception as e:
-        raise MathParseError(f"cannot parse: {type(e).__name__}") from None
+        raise MathParseError(_grammar_failure(e)) from None
     if isinstance(expr, list):
         expr = sympy.FiniteSet(*expr) if len(expr) > 1 else expr[0]
     if isinstance(expr, sympy.MatrixBase):
@@ -255,6 +255,19 @@ def to_sympy(s: str) -> sympy.Basic:
     if not isinstance(expr, sympy.Basic):
         raise MathParseError(f"parsed to {type(expr).__name__}, not a SymPy object")
     return expr
+
+
+def _grammar_failure(e: Exception) -> str:
+    """One line from the LaTeX grammar's error, which is three: what it expected, the text it
+    read and a caret under where it stopped. Shown as that message and the text from the caret
+    on, so that an API user sees where their answer went wrong."""
+    lines = str(e).splitlines()
+    if len(lines) == 3 and lines[2].endswith("^"):
+        at = len(lines[2]) - 1
+        rest = lines[1][at : at + 24]
+        where = f"near {rest!r}" if rest else "at the end"
+        return f"cannot parse {where}: {lines[0].strip()}"[:200]
+    return f"cannot parse: {type(e).__name__}: {lines[0].strip() if lines else ''}"[:200]
 
 
 def is_huge(expr: sympy.Basic) -> bool:

@@ -144,6 +144,18 @@ def test_an_unreadable_answer_is_a_parse_error():
     assert res.error == "parse" and "nesting" in res.detail
 
 
+@pytest.mark.parametrize(
+    ("pred", "detail"),
+    [
+        ("x + \\frac{1}{", "cannot parse at the end: I expected something else here"),
+        ("a + \\foo{x}", "cannot parse near '\\\\foo{x}': I don't understand this"),
+    ],
+)
+def test_a_grammar_failure_says_where_the_answer_stopped_parsing(pred, detail):
+    res = V.verify(pred, "1", {})
+    assert (res.reward, res.error, res.detail) == (0.0, "parse", detail)
+
+
 def test_identical_towers_match_without_evaluation():
     assert V.verify("9^{9^{9^{9}}}", "9^{9^{9^{9}}}", {}).reward == 1.0
 
