@@ -161,6 +161,20 @@ class DataConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _files_or_synthetic(self) -> DataConfig:
+        """A stage reads the synthetic split when data.synthetic is set, so files given beside
+        it would be left unread without a word."""
+        given = [k for k in ("train", "eval") if getattr(self, k)]
+        if self.synthetic is not None and given:
+            names = " and ".join(f"data.{k}" for k in given)
+            raise ValueError(
+                f"{names} and data.synthetic are both set, and a stage with data.synthetic "
+                f"reads only the data it builds: to train on your files, also set "
+                f"data.synthetic=null (--set data.synthetic=null); else drop {names}"
+            )
+        return self
+
 
 class RunConfig(Section):
     name: RunName = "run"

@@ -190,6 +190,21 @@ def test_data_settings_that_would_draw_nothing_are_refused(override, message):
     assert load_config(None, ["model.tiny=text", "data.domain_weights={math: 0, ocr: 1}"])
 
 
+def test_files_beside_a_synthetic_section_are_refused_not_left_unread():
+    """A stage with data.synthetic reads the split it builds; files given beside it would be
+    ignored without a word."""
+    syn = "data.synthetic={domains: [math], sizes: {rl_train: 4}}"
+    for given, names in (
+        (["data.train=[mine.jsonl]"], "data.train"),
+        (["data.train=[a.jsonl]", "data.eval=[b.jsonl]"], "data.train and data.eval"),
+    ):
+        with pytest.raises(ConfigError, match=rf"--set: data: .*{names} and data\.synthetic are "
+                           r"both set.*also set data\.synthetic=null"):  # fmt: skip
+            load_config(None, ["model.tiny=text", syn, *given])
+    ok = load_config(None, ["model.tiny=text", syn, "data.synthetic=null", "data.eval=[b.jsonl]"])
+    assert ok.data.synthetic is None and ok.data.eval == ["b.jsonl"]
+
+
 @pytest.mark.parametrize("name", [".", ".."])
 def test_a_run_name_of_dots_is_refused(name):
     """run.name is a folder under run.root: "." would make the root itself the run directory
