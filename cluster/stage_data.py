@@ -239,7 +239,12 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
             raise ValueError(f"data.domain_weights names {', '.join(map(repr, absent))}, which no "
                              f"RL item has (the items' domains: {have})")  # fmt: skip
         _warn_unweighted(cfg.data.domain_weights, items)
-        return StageData(items=items, eval_items=load_rl_items(evals, custom, None, images))
+        eval_items = load_rl_items(evals, custom, None, images)
+        if cfg.run.eval_every and not eval_items:
+            log.warning("run.eval_every=%d asks for a held-out evaluation, but data.eval holds no "
+                        "items: the run makes none; give data.eval files, or set "
+                        "run.eval_every=0", cfg.run.eval_every)  # fmt: skip
+        return StageData(items=items, eval_items=eval_items)
     missing = [p for p in train if not p.is_file()]
     if missing:
         raise DatasetError(missing[0], None, "dataset file not found")

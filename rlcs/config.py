@@ -61,8 +61,9 @@ class ModelConfig(Section):
     path: str | None = Field(None, description="HF model directory to start from.")
     tiny: Literal["text", "vlm", "vlm_moe"] | None = Field(
         None,
-        description="Build a tiny model of this kind instead of loading `path`: a Llama "
-        "(text), GLM-4.1V's architecture (vlm) or GLM-4.5V's mixture of experts (vlm_moe).",
+        description="Build a tiny model of this kind when `path` is unset: a Llama (text), "
+        "GLM-4.1V's architecture (vlm) or GLM-4.5V's mixture of experts (vlm_moe). A set `path` "
+        "wins, so a tiny config starts from a checkpoint with --set model.path=DIR.",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tiny_overrides: dict[str, Any] = Field(

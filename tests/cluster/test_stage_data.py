@@ -200,6 +200,24 @@ def test_domains_with_items_but_no_weight_are_named_in_a_warning(tmp_path, caplo
         assert caplog.records == []
 
 
+def test_a_held_out_evaluation_without_items_is_named_in_a_warning(tmp_path, caplog):
+    rows = [{"id": f"m{i}", "domain": "math", "prompt": "1+1", "answer": "2"} for i in range(2)]
+    data = tmp_path / "rl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["model.tiny=text", f"data.train={json.dumps([str(data)])}", f"run.root={tmp_path}"]
+    for sets, warned in ((["run.eval_every=5"], True), (["run.eval_every=0"], False),
+                         (["run.eval_every=5", f"data.eval={json.dumps([str(data)])}"], False)):  # fmt: skip
+        caplog.clear()
+        cfg = load_config(None, [*base, *sets])
+        with caplog.at_level("WARNING", logger="cluster.stage_data"):
+            got = load_stage_data(cfg, cfg.run_dir)
+        assert len(got.eval_items) == (0 if "data.eval" not in str(sets) else 2)
+        assert [r.getMessage() for r in caplog.records] == warned * [
+            "run.eval_every=5 asks for a held-out evaluation, but data.eval holds no items: the "
+            "run makes none; give data.eval files, or set run.eval_every=0"
+        ]
+
+
 def test_a_tiny_models_tokenizer_learns_its_merges_from_the_corpus(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
