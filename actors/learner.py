@@ -78,6 +78,7 @@ class Learner:
         self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
         groups = param_groups(model, lc.lr, lc.lr_groups)
+        self.base_lrs = [g["lr"] for g in groups]
         optimizer = torch.optim.AdamW(groups, lr=lc.lr, weight_decay=lc.weight_decay)
         ds_cfg = deepspeed_config(lc, self.device)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(lc, lc.steps))
@@ -335,7 +336,26 @@ class Learner:
         return str(ckpt.save(self.engine, root, tag, self.rank, data_state))
 
     def load_checkpoint(self, root: str | Path, tag: str | None = None) -> Any:
-        return ckpt.load(self.engine, root, tag, self.rank)
+        state = ckpt.load(self.engine, root, tag, self.rank)
+        self._optimizer_settings_from_config()
+        return state
+
+    def _optimizer_settings_from_config(self) -> None:
+        """The config's learning rates and weight decay, over those a checkpoint restores (the
+        optimizer's parameter groups and the schedule's base rates are saved with it): a
+        resumed run may change them, from the step it resumes at on its own schedule."""
+        sched = self.engine.lr_scheduler
+        groups = sched.optimizer.param_groups
+        if len(groups) != len(self.base_lrs):
+            raise RuntimeError(
+                f"the checkpoint's optimizer has {len(groups)} parameter groups and this config "
+                f"{len(self.base_lrs)} (learner.lr_groups changed how parameters are grouped)"
+            )
+        sched.base_lrs = list(self.base_lrs)
+        wd = self.config.learner.weight_decay
+        for g, base, factor in zip(groups, self.base_lrs, sched.lr_lambdas, strict=True):
+            g["initial_lr"], g["lr"], g["weight_decay"] = base, base * factor(sched.last_epoch), wd
+        sched._last_lr = [g["lr"] for g in groups]
 
     def named_weights(self, as_saved: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,

@@ -111,7 +111,10 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
 def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]:
     """(the saved config, the settings that differ from it)."""
     saved = _saved_config(run_dir)
-    now = cfg.model_dump(mode="json")
+    now = cfg.resolved()
+    if "steps" not in now["learner"]:  # derived from run.iterations, whose change is listed
+        saved = {**saved, "learner": {k: v for k, v in (saved.get("learner") or {}).items()
+                                      if k != "steps"}}  # fmt: skip
     diff = changes(saved, now)
     diff = {k: v for k, v in diff.items() if not _added_later(k, *v)}
     if not (_builds_tiny(saved.get("model") or {}) and _builds_tiny(now["model"])):

@@ -252,6 +252,7 @@ class Config(Section):
         lc = self.learner
         if self.stage == "rl" and "steps" not in lc.model_fields_set:
             lc.steps = self.run.iterations * lc.grpo.mini_batches
+            lc.model_fields_set.discard("steps")  # still derived: see ``resolved``
         flash = lc.attn_implementation.startswith("flash")
         if flash and (self.cluster.device != "cuda" or lc.precision != "bf16"):
             raise ValueError(
@@ -277,8 +278,17 @@ class Config(Section):
     def run_dir(self) -> Path:
         return Path(self.run.root) / self.run.name
 
+    def resolved(self) -> dict[str, Any]:
+        """Every setting, as ``RUN_DIR/config.yaml`` holds it, less RL's ``learner.steps``
+        where it is derived from ``run.iterations``: a run resumed from its config.yaml with
+        more iterations derives it anew, so a decaying learning rate ends with that run."""
+        out = self.model_dump(mode="json")
+        if self.stage == "rl" and "steps" not in self.learner.model_fields_set:
+            del out["learner"]["steps"]
+        return out
+
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return yaml.safe_dump(self.resolved(), sort_keys=False)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:

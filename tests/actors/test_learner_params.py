@@ -46,6 +46,30 @@ def test_lr_groups_give_the_vision_tower_its_own_learning_rate(tiny_vlm):
     assert 0 < vis <= 1.1e-5 < 1e-4 < text <= 1.1e-3
 
 
+def test_a_resumed_learner_takes_the_configs_learning_rates_and_weight_decay(tiny_vlm, tmp_path):
+    """A checkpoint holds the optimizer's rates and decay and the schedule's base rates; a run
+    resumed with other settings (cluster/resume_check.py lets it) trains with the new ones,
+    from the step it resumed at on its own schedule."""
+    from actors.deepspeed_config import lr_factor
+
+    sched = {"lr_schedule": "cosine", "steps": 10}
+    first = Learner.local(_config(tiny_vlm, lr=1e-6, lr_groups={"model.visual": 1e-7}, **sched),
+                          tiny_vlm)  # fmt: skip
+    for _ in range(2):
+        first.train_step("pretrain", pretrain_batch())
+    first.save_checkpoint(tmp_path, "s2")
+    cfg = _config(tiny_vlm, lr=1e-4, lr_groups={"model.visual": 1e-5}, weight_decay=0.1, **sched)
+    again = Learner(cfg, tiny_vlm, 0, 1)
+    again.init(None, None)
+    again.load_checkpoint(tmp_path, "s2")
+    f = lr_factor(cfg.learner, 10)
+    groups = again.engine.lr_scheduler.optimizer.param_groups
+    assert [g["lr"] for g in groups] == pytest.approx([1e-4 * f(2), 1e-5 * f(2)])
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.1]
+    again.train_step("pretrain", pretrain_batch())
+    assert [g["lr"] for g in groups] == pytest.approx([1e-4 * f(3), 1e-5 * f(3)])
+
+
 def test_an_lr_group_that_matches_nothing_is_refused():
     from actors.learner_model import param_groups
 

@@ -88,6 +88,16 @@ def test_the_tiny_models_tokenizer_cannot_change_and_older_runs_had_none(tmp_pat
         check_resume_settings(merged, cfg.run_dir)
 
 
+def test_an_rl_runs_derived_lr_horizon_follows_its_iterations(tmp_path, caplog):
+    """RL's learner.steps is run.iterations x mini-batches unless set: more iterations on
+    resume is one change, and the horizon (not in config.yaml) grows with it."""
+    cfg = saved(tmp_path, ["run.iterations=4"])
+    longer = load_config(cfg.run_dir / "config.yaml", ["run.iterations=9"])
+    assert longer.learner.steps == 9
+    with caplog.at_level(logging.WARNING):
+        assert report_resume_changes(longer, cfg.run_dir) == {"run.iterations": (4, 9)}
+
+
 def test_other_changes_apply_and_are_named(tmp_path, caplog):
     cfg = saved(tmp_path, SFT)
     longer = load_config(

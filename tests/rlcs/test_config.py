@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlcs.config import Config, ConfigError, load_config
 from rlcs.runlog import write_resolved
@@ -158,6 +159,14 @@ def test_rl_lr_horizon_is_the_runs_optimizer_steps_unless_set(tmp_path):
     assert load_config(None, [*base, "stage=sft"]).learner.steps == 100
     again = load_config(write_resolved(rl, tmp_path / "run"))
     assert again.learner.steps == 12
+    # the run's config.yaml leaves the derived horizon out: resumed from it with more
+    # iterations, the decay ends with the longer run (a set horizon is kept as set)
+    saved = tmp_path / "run" / "config.yaml"
+    assert "steps" not in yaml.safe_load(saved.read_text())["learner"]
+    assert load_config(saved, ["run.iterations=10"]).learner.steps == 20
+    fixed = write_resolved(load_config(None, [*base, "learner.steps=40"]), tmp_path / "fixed")
+    assert yaml.safe_load(fixed.read_text())["learner"]["steps"] == 40
+    assert load_config(fixed, ["run.iterations=10"]).learner.steps == 40
 
 
 def test_an_unknown_key_names_the_nearest_known_one(tmp_path):
