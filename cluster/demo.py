@@ -109,6 +109,7 @@ def run(
     from rich.console import Console
     from rich.table import Table
 
+    from actors.reward import options_from_config
     from cluster.evaluate import evaluate
     from cluster.stage_data import load_stage_data
     from cluster.train import connect_ray, train
@@ -156,10 +157,12 @@ def run(
     heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
     cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
+    scoring = {"reward_options": options_from_config(rl.reward), "dtype": rl.model.dtype}
     # kept only with SFT's checkpoint: a stage before it that ran again ends the keeping
     before = stage("eval after SFT",
-                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, num_cpus=cpus),
-                   eval_settings(rl.rollout, heldout, cpus), evaluation=True)  # fmt: skip
+                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, cpus, **scoring),
+                   eval_settings(rl.rollout, heldout, cpus, scoring["reward_options"], rl.model.dtype),
+                   evaluation=True)  # fmt: skip
     if budget_s:
         left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
         rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])
@@ -184,7 +187,7 @@ def run(
 
     stage("rl", rl_stage, stage_settings(rl))
     after = stage("eval after RL",
-                  lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, num_cpus=cpus))  # fmt: skip
+                  lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, cpus, **scoring))  # fmt: skip
 
     wall = time.perf_counter() - t0
     rl_metrics = read_metrics(rl.run_dir)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +49,19 @@ def stage_settings(cfg: Config) -> dict:
     return out
 
 
-def eval_settings(rollout: RolloutConfig, heldout: list[Item], cpus: float) -> dict:
+def eval_settings(
+    rollout: RolloutConfig,
+    heldout: list[Item],
+    cpus: float,
+    reward: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
+) -> dict:
     """What the greedy held-out evaluation's figures depend on, beside the model: the rollout
-    settings less the sampling ones, the items, and the CPU threads it runs on."""
+    settings less the sampling ones, the verifier options and the weights' dtype it scores and
+    runs with, the items, and the CPU threads it runs on."""
     out = rollout.model_dump(mode="json", exclude=set(SAMPLING_ONLY))
-    return {"rollout": out, "heldout": [it.id for it in heldout], "cpus": cpus}
+    return {"rollout": out, "reward": dict(reward or {}), "dtype": dtype,
+            "heldout": [it.id for it in heldout], "cpus": cpus}  # fmt: skip
 
 
 class StageLedger:

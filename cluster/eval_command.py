@@ -49,6 +49,7 @@ def eval_files(
     """Evaluate ``model_path`` on the items of ``inputs``; with ``out``, write every scored
     answer there as JSONL (one line each, in item order), replacing a file there only with
     ``overwrite``."""
+    from actors.reward import options_from_config
     from cluster.ray_connect import connect_ray
     from cluster.stage_data import load_rl_items
     from rlcs.data import check_output_file, write_jsonl
@@ -64,7 +65,8 @@ def eval_files(
     records = answer_items(
         model_path, items, cfg.rollout, samples, temperature=temperature, num_cpus=num_cpus,
         num_gpus=worker_gpus(cfg.cluster), workers=workers, batch_items=batch_items,
-        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
+        timeout_s=cfg.reward.timeout_s, reward_options=options_from_config(cfg.reward),
+        dtype=cfg.model.dtype, progress=progress, ship_images=cfg.cluster.ship_images,
     )  # fmt: skip
     if out is not None:
         write_jsonl(records, out)

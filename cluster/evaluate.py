@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
@@ -92,10 +92,12 @@ def rollout_workers(
     num_cpus: float,
     num_gpus: float = 0.0,
     count: int = 1,
+    dtype: str = "float32",
 ):
-    """``count`` rollout workers of their own for ``model_path``, each reserving ``num_cpus``
-    (and running that many threads, rounded, at least one) and ``num_gpus``; Ray places them
-    on any node of the cluster that has room. Killed on leaving, also on failure.
+    """``count`` rollout workers of their own for ``model_path`` (its weights in ``dtype``, a
+    run's ``model.dtype``), each reserving ``num_cpus`` (and running that many threads,
+    rounded, at least one) and ``num_gpus``; Ray places them on any node of the cluster that
+    has room. Killed on leaving, also on failure.
 
     Needs a Ray connection (``cluster.ray_connect.connect_ray``): left to itself, Ray would join
     whatever cluster is running on this machine, or start one with every core.
@@ -112,7 +114,9 @@ def rollout_workers(
     try:
         for _ in range(count):
             workers.append(
-                RolloutWorker.options(**opts).remote(str(model_path), rollout.model_dump())
+                RolloutWorker.options(**opts).remote(
+                    str(model_path), rollout.model_dump(), dtype=dtype
+                )
             )
         yield workers
     finally:
@@ -120,13 +124,21 @@ def rollout_workers(
             ray.kill(w)
 
 
-def score_trajectories(trajs: list, by_id: dict[str, Item], timeout_s: float | None = None):
-    """The verifiers' ``ScoreResult`` of each trajectory against its item's answer, in order."""
+def score_trajectories(
+    trajs: list,
+    by_id: dict[str, Item],
+    timeout_s: float | None = None,
+    options: Mapping[str, Any] | None = None,
+):
+    """The verifiers' ``ScoreResult`` of each trajectory against its item's answer, in order,
+    under the verifier ``options`` a run's reward pool gets (``options_from_config``: the
+    response format, tolerances, partial credit)."""
     import rewards
 
+    extra = {"options": dict(options)} if options else {}
     return rewards.score_batch(
-        [{"domain": by_id[t.item_id].domain, "response": t.response, "answer": by_id[t.item_id].answer}
-         for t in trajs],
+        [{"domain": by_id[t.item_id].domain, "response": t.response,
+          "answer": by_id[t.item_id].answer, **extra} for t in trajs],
         timeout_s=timeout_s,
     )  # fmt: skip
 
@@ -143,13 +155,16 @@ def answer_items(
     workers: int = 1,
     batch_items: int | None = None,
     timeout_s: float | None = None,
+    reward_options: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
     progress: bool = False,
     desc: str = "eval",
     ship_images: bool = False,
     on_batch: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``samples`` answers to every item at ``temperature`` (0: greedy), each scored by the
-    verifiers: one `answer_records` record per answer, in item order.
+    verifiers (with ``reward_options``, as `score_trajectories` takes them): one
+    `answer_records` record per answer, in item order. The model runs in ``dtype``.
 
     ``workers`` rollout workers, each reserving ``num_cpus`` and ``num_gpus``
     (`rollout_workers`), answer ``batch_items`` items a call (all of them in one call by
@@ -180,7 +195,7 @@ def answer_items(
     count = min(workers, len(starts)) or 1
     done: dict[int, list[dict[str, Any]]] = {}
     with (
-        rollout_workers(model_path, cfg, num_cpus, num_gpus, count) as pool,
+        rollout_workers(model_path, cfg, num_cpus, num_gpus, count, dtype) as pool,
         tqdm(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
     ):
         running: dict[Any, tuple[Any, int]] = {}
@@ -200,7 +215,7 @@ def answer_items(
             worker, start = running.pop(ref)
             send(worker)  # the worker takes the next batch while this one is scored
             trajs = ray.get(ref)
-            scored = score_trajectories(trajs, by_id, timeout_s)
+            scored = score_trajectories(trajs, by_id, timeout_s, reward_options)
             done[start] = answer_records(
                 trajs, by_id, ((r.reward, r.error, r.extracted) for r in scored)
             )
@@ -211,11 +226,18 @@ def answer_items(
 
 
 def evaluate(
-    model_path: str | Path, items: list[Item], rollout: RolloutConfig, num_cpus: float = 1.0
+    model_path: str | Path,
+    items: list[Item],
+    rollout: RolloutConfig,
+    num_cpus: float = 1.0,
+    reward_options: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
 ) -> dict[str, dict[str, float]]:
     """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
     worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
-    return figures(eval_summary(answer_items(model_path, items, rollout, num_cpus=num_cpus)))
+    records = answer_items(model_path, items, rollout, num_cpus=num_cpus,
+                           reward_options=reward_options, dtype=dtype)  # fmt: skip
+    return figures(eval_summary(records))
 
 
 def eval_summary(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

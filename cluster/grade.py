@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,8 @@ def pass_rates(
     workers: int = 1,
     batch_items: int = 64,
     timeout_s: float | None = None,
+    reward_options: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
     progress: bool = True,
     ship_images: bool = False,
     kept: GradeProgress | None = None,
@@ -76,8 +78,8 @@ def pass_rates(
         answer_items(
             model_path, todo, rollout, samples, temperature=rollout.temperature,
             num_cpus=num_cpus, num_gpus=num_gpus, workers=workers, batch_items=batch_items,
-            timeout_s=timeout_s, progress=progress, desc="grade", ship_images=ship_images,
-            on_batch=kept.add,
+            timeout_s=timeout_s, reward_options=reward_options, dtype=dtype, progress=progress,
+            desc="grade", ship_images=ship_images, on_batch=kept.add,
         )  # fmt: skip
     return kept.rates([it.id for it in items])
 
@@ -159,9 +161,12 @@ def grade_settings(
     cfg: Config, model_path: Path, inputs: Sequence[Path], samples: int, items: int
 ) -> dict[str, Any]:
     """What a grading's kept progress must match to be continued (`GradeProgress`)."""
+    from actors.reward import options_from_config
+
     return {"model": str(model_path.resolve()), "samples": samples,
             "temperature": cfg.rollout.temperature, "threshold": cfg.curriculum.success_threshold,
-            "inputs": [str(p.resolve()) for p in inputs], "items": items}  # fmt: skip
+            "inputs": [str(p.resolve()) for p in inputs], "items": items,
+            "reward": options_from_config(cfg.reward), "dtype": cfg.model.dtype}  # fmt: skip
 
 
 def grade_files(
@@ -179,6 +184,7 @@ def grade_files(
     (replacing a file there only with ``overwrite``).
     What is graded is kept in ``OUT.partial`` as it comes back, and a grading interrupted
     before its end goes on from there when run again (`cluster.grade_progress`)."""
+    from actors.reward import options_from_config
     from cluster.grade_progress import GradeProgress
     from cluster.placement import worker_gpus
     from cluster.ray_connect import connect_ray
@@ -205,8 +211,8 @@ def grade_files(
     rates, errors = pass_rates(
         model_path, items, cfg.rollout, samples, threshold=cfg.curriculum.success_threshold,
         num_cpus=num_cpus, num_gpus=worker_gpus(cfg.cluster), workers=workers,
-        timeout_s=cfg.reward.timeout_s, progress=progress, ship_images=cfg.cluster.ship_images,
-        kept=kept,
+        timeout_s=cfg.reward.timeout_s, reward_options=options_from_config(cfg.reward),
+        dtype=cfg.model.dtype, progress=progress, ship_images=cfg.cluster.ship_images, kept=kept,
     )  # fmt: skip
     write_jsonl(
         [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out

@@ -117,6 +117,9 @@ def test_a_greedy_evaluation_is_asked_the_same_whatever_the_sampling():
     assert demo_ledger.eval_settings(RolloutConfig(max_answer_tokens=8), items, 2.0) != base
     assert demo_ledger.eval_settings(RolloutConfig(), items[:1], 2.0) != base
     assert demo_ledger.eval_settings(RolloutConfig(), items, 1.0) != base
+    # the verifiers' options and the weights' dtype change the figures too
+    assert demo_ledger.eval_settings(RolloutConfig(), items, 2.0, {"format": "boxed"}) != base
+    assert demo_ledger.eval_settings(RolloutConfig(), items, 2.0, dtype="bfloat16") != base
 
 
 def test_an_rl_only_edit_keeps_pretraining_and_sft(tmp_path):

@@ -357,3 +357,42 @@ def test_eval_and_grade_workers_take_the_configs_gpus():
     assert worker_gpus(load_config(root / "glm4v-9b-4node.yaml").cluster) == 2
     assert worker_gpus(load_config(root / "glm4v-9b-8xh100.yaml").cluster) == 1
     assert worker_gpus(load_config(root / "tiny-vlm.yaml").cluster) == 0
+
+
+def test_eval_and_grade_score_with_the_runs_verifier_options_and_dtype(tmp_path, monkeypatch):
+    """`rlcs eval` and `rlcs grade` score as the run's reward pool does (a run trained on
+    \\boxed{} answers scored 0 in them, the format of the default scorer), and load the model
+    in the run's model.dtype."""
+    import cluster.evaluate
+    import cluster.ray_connect
+    from cluster.eval_command import eval_files
+    from cluster.evaluate import score_trajectories
+    from cluster.grade import grade_files
+    from rlcs.config import load_config
+    from rlcs.data import Trajectory
+
+    item = Item(id="m0", domain="math", prompt="2+3?", answer="5")
+    boxed = Trajectory("m0", "<think>2+3</think><answer>\\boxed{5}</answer>", [1], [-0.1], "stop")
+    assert score_trajectories([boxed], {"m0": item})[0].error == "format"
+    (res,) = score_trajectories([boxed], {"m0": item}, options={"format": "boxed"})
+    assert (res.reward, res.error) == (1.0, None)
+
+    data = tmp_path / "items.jsonl"
+    data.write_text('{"id": "m0", "domain": "math", "prompt": "2+3?", "answer": "5"}\n')
+    cfg = load_config(None, ["model.tiny=text", "reward.format=boxed", "model.dtype=bfloat16",
+                             "reward.math_rel_tol=0.01", "rollout.temperature=0.7"])  # fmt: skip
+    asked = []
+
+    def answer_items(*args, **kwargs):
+        asked.append((kwargs["reward_options"], kwargs["dtype"]))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cluster.ray_connect, "connect_ray", lambda cfg: None)
+    monkeypatch.setattr(cluster.evaluate, "answer_items", answer_items)
+    monkeypatch.setattr("cluster.eval_command.answer_items", answer_items)
+    for run in (lambda: eval_files(cfg, tmp_path, [data], progress=False),
+                lambda: grade_files(cfg, tmp_path, [data], tmp_path / "g.jsonl", 2, 1.0, False)):  # fmt: skip
+        with pytest.raises(RuntimeError, match="stop here"):
+            run()
+    want = {"format": "boxed", "rel_tol": 0.01, "iou_threshold": 0.5, "partial_credit": False}
+    assert asked == [(want, "bfloat16")] * 2
