@@ -189,8 +189,9 @@ class Placement:
                 f"cluster.weight_sync: {kind} passes the weights within one node, but rollout "
                 f"engine(s) {', '.join(map(str, away))} were placed on another node than "
                 f"learner rank 0 ({home[:12]}); use cpu_bytes (or nccl between GPUs), or keep "
-                "the roles on one node (cluster.colocate, cluster.role_resources, "
-                "cluster.placement_strategy: STRICT_PACK)"
+                "the roles on one node (cluster.colocate, or cluster.role_resources giving the "
+                "learner and rollout roles a custom resource only that node has; "
+                "cluster.placement_strategy packs each role's own actors, not two roles)"
             )
 
     def layout(self, counts: dict[str, int], others: dict[str, str]) -> str | None:

@@ -65,7 +65,11 @@ class ModelConfig(Section):
         "GLM-4.1V's architecture (vlm) or GLM-4.5V's mixture of experts (vlm_moe). A set `path` "
         "wins, so a tiny config starts from a checkpoint with --set model.path=DIR.",
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="The rollout engines' (and evaluations') weights, and a built tiny model's; "
+        "the learner trains in learner.precision.",
+    )
     tiny_overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Changes to the tiny model's defaults, e.g. {text: {hidden_size: 256}} for "
@@ -122,9 +126,13 @@ class DataConfig(Section):
         None,
         description="Build synthetic task data into RUN_DIR/data and use its split for the stage.",
     )
-    eval: list[str] = Field(default_factory=list)
+    eval: list[str] = Field(
+        default_factory=list,
+        description="RL: held-out items for run.eval_every (pretraining and SFT read none).",
+    )
     domain_weights: dict[str, float] = Field(
-        default_factory=dict, description="Fixed domain proportions; empty means by item count."
+        default_factory=dict,
+        description="RL: fixed domain proportions of each batch; empty means by item count.",
     )
     seq_len: int = Field(
         8192,
@@ -269,6 +277,12 @@ class Config(Section):
                 f"rollout.n is {self.rollout.n}, but stage rl trains on GRPO groups: a group of "
                 "one rollout is its own mean, so its advantage is always 0 and nothing is "
                 "learnt; give rollout.n of at least 2 (8 by default)"
+            )
+        if self.stage == "rl" and self.rollout.temperature == 0.0:
+            raise ValueError(
+                "rollout.temperature is 0, but stage rl trains on GRPO groups: greedy rollouts "
+                "of a prompt are all one answer, so every advantage is 0 and nothing is learnt; "
+                "sample (1.0 per the recipe; held-out evaluations stay greedy)"
             )
         if flash and lc.grpo.share_prompts:
             raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")

@@ -114,14 +114,18 @@ class CurriculumConfig(Section):
 
     policy: Literal["rlcs", "uniform", "dapo_filter"] = Field(
         "rlcs",
-        description="rlcs: tier-weighted + expansion; uniform; dapo_filter: drop 0/1 groups.",
+        description="rlcs: tier-weighted + expansion; uniform; dapo_filter: drop the groups "
+        "whose rollouts all pass or all fail (a pass: a reward of at least "
+        "curriculum.success_threshold, so a group of partial rewards all below it is dropped).",
     )
     tier_boundaries: list[float] = Field(
         default_factory=lambda: [0.1, 0.3, 0.7, 0.9],
         description="Pass-rate cut points, from very hard to very easy.",
     )
     tier_names: list[str] | None = Field(
-        None, description="One name per tier, hardest first; default very_hard..very_easy."
+        None,
+        description="One name per tier, hardest first; default very_hard, hard, medium, easy, "
+        "very_easy for five tiers, else tier0, tier1, ...",
     )
     pass_rate_ema: float = Field(0.5, gt=0.0, le=1.0, description="Weight of the newest group.")
     offline_prior_weight: float = Field(
@@ -245,7 +249,12 @@ class LearnerConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, ge=0.0)
-    global_batch: int = Field(32, ge=1)
+    global_batch: int = Field(
+        32,
+        ge=1,
+        description="Pretraining and SFT: examples an optimizer step. RL's batch is "
+        "run.prompts_per_iteration groups of rollout.n rollouts (over grpo.mini_batches steps).",
+    )
     micro_batch: int = Field(1, ge=1)
     steps: int = Field(
         100,
@@ -296,7 +305,13 @@ class ClusterConfig(Section):
         description="Learner rank i and rollout engine i share one bundle and take turns on it: "
         "half its GPUs each, and each runs as many CPU threads as the bundle has CPUs.",
     )
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK",
+        description="Ray's strategy for each role's placement group: how the learner's ranks are "
+        "placed among themselves, and the rollout engines among themselves (the reward actors "
+        "are always spread). It does not put two roles on one node: cluster.colocate or "
+        "cluster.role_resources do.",
+    )
     role_resources: dict[Literal["learner", "rollout", "reward"], dict[str, float]] = Field(
         default_factory=dict,
         description="Extra custom resources per role's bundles, to pin a role to labelled nodes.",

@@ -246,6 +246,8 @@ def test_a_run_name_of_dots_is_refused(name):
         ("rollout.n=1", r"rollout\.n is 1, but stage rl trains on GRPO groups: a group of one "
          r"rollout is its own mean, so its advantage is always 0 and nothing is learnt; give "
          r"rollout\.n of at least 2 \(8 by default\)"),
+        ("rollout.temperature=0", r"rollout\.temperature is 0, but stage rl trains on GRPO "
+         r"groups: greedy rollouts of a prompt are all one answer, so every advantage is 0"),
     ],
 )  # fmt: skip
 def test_sampling_settings_that_would_learn_nothing_are_refused(override, message):
@@ -272,7 +274,7 @@ def test_one_rollout_a_prompt_is_fine_where_no_group_is_trained():
             load_config(None, ["model.tiny=text", f"stage={stage}", "rollout.n=1"]).rollout.n == 1
         )
     ok = load_config(None, ["model.tiny=text", "rollout.temperature=0", "rollout.n=2",
-                            "curriculum.success_threshold=1"])  # fmt: skip
+                            "curriculum.success_threshold=1", "stage=sft"])  # fmt: skip
     assert (ok.rollout.temperature, ok.rollout.n, ok.curriculum.success_threshold) == (0, 2, 1)
 
 
