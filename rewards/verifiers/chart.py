@@ -17,7 +17,7 @@ from typing import Any
 from rewards.base import Verdict, Verifier
 from rewards.verifiers import math_parse as mp
 from rewards.verifiers.math import DEFAULT_REL_TOL, MathVerifier, truth_type_problem
-from rewards.verifiers.vqa import normalize_text
+from rewards.verifiers.vqa import normalize_pair, normalize_text
 
 _CURRENCY = re.compile(r"^(?:\\?\$|€|£|¥)\s*")
 _NUMERIC = re.compile(r"\d|\\(?:frac|sqrt|pi)")
@@ -74,8 +74,9 @@ class ChartVerifier(Verifier):
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
         if _year(pred) is not None or _year(gt) is not None or _is_math(gt):
             return self._number(_number_word(pred), gt, rel_tol)
-        pred_words, gt_words = normalize_text(pred).split(), normalize_text(gt).split()
-        if len(pred_words) != len(gt_words):
+        pred_text, gt_text = normalize_pair(pred, gt)
+        pred_words, gt_words = pred_text.split(), gt_text.split()
+        if not pred_words or len(pred_words) != len(gt_words):
             return Verdict(0.0)
         for p, g in zip(pred_words, gt_words, strict=True):
             if p == g:

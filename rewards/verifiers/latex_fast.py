@@ -261,6 +261,19 @@ def _one(s: str) -> sympy.Basic:
     return value
 
 
+def _no_interval(lo: sympy.Basic, hi: sympy.Basic, left_open: bool, right_open: bool) -> bool:
+    """latex2sympy's rule: ``(a, b)`` with ``b <= a``, or ``[a, b]`` with ``b < a``, would be
+    an empty interval, so it is a pair (every such pair would be equal to every other)."""
+    try:
+        if left_open and right_open:
+            return bool(hi <= lo)
+        if not left_open and not right_open:
+            return bool(hi < lo)
+    except TypeError:  # a comparison SymPy cannot decide: (x, 1)
+        pass
+    return False
+
+
 def parse(s: str) -> sympy.Basic:
     """SymPy object for ``s``, or ``Unsupported``."""
     s = s.strip()
@@ -275,7 +288,10 @@ def parse(s: str) -> sympy.Basic:
         items = _split_top(s[1:-1], ",")
         if len(items) == 2:
             lo, hi = _one(items[0]), _one(items[1])
-            return sympy.Interval(lo, hi, left_open=s[0] == "(", right_open=s[-1] == ")")
+            left_open, right_open = s[0] == "(", s[-1] == ")"
+            if _no_interval(lo, hi, left_open, right_open):
+                return sympy.Tuple(lo, hi)  # (2, 1) is a pair, not the empty set
+            return sympy.Interval(lo, hi, left_open=left_open, right_open=right_open)
         if len(items) > 2 and s[0] == "(" and s[-1] == ")":
             return sympy.Tuple(*(_one(x) for x in items))
     items = _split_top(s, ",")

@@ -9,9 +9,12 @@ tolerance is relative, so 1/2004! and 1/2006! differ.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Hashable, Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import sympy
@@ -27,13 +30,14 @@ class Undecided(mp.MathParseError):
     side is too large to evaluate. Reported as an error, not as a wrong answer."""
 
 
-def numbers_close(a: Fraction | complex, b: Fraction | complex, rel_tol: float) -> bool:
-    """Equal within ``rel_tol``, except that two integers must be equal: 1000001 is not 10^6."""
-    if a == b:
+def numbers_close(pred: Fraction | complex, truth: Fraction | complex, rel_tol: float) -> bool:
+    """Equal within ``rel_tol``, except that an integer truth needs an equal value: 1000001
+    is not 10^6, nor is 12345670.5 12345678."""
+    if pred == truth:
         return True
-    if _is_integer(a) and _is_integer(b):
+    if _is_integer(truth):
         return False
-    return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+    return abs(pred - truth) <= rel_tol * max(abs(pred), abs(truth))
 
 
 def _is_integer(x: Fraction | complex) -> bool:
@@ -71,8 +75,8 @@ def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
         return False
     if mp.is_huge(a) or mp.is_huge(b):
         raise Undecided("too large to compare exactly")
-    if a.is_Integer and b.is_Integer:
-        return False  # and not within rel_tol: 1000001 is not 10^6
+    if b.is_Integer and (a.is_Rational or a.is_Float):
+        return bool(sympy.Rational(a) == b)  # exact: 1000001 is not 10^6, nor is 999999.5
     if a.is_number and b.is_number:
         na, nb = _numeric(a), _numeric(b)
         if na is None or nb is None:
@@ -81,12 +85,21 @@ def _expr_equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     return _is_identity(_plain_symbols(a), _plain_symbols(b))
 
 
-#: generic points (no special algebraic meaning) at which identities are probed, 30 digits
-_PROBES = tuple(
-    sympy.Float(v, 30)
-    for v in ("0.41428719356103729384", "1.73205813295540127761", "-0.86602745319873610455",
-              "2.53964821070932466213")
-)  # fmt: skip
+#: points at which identities are probed; each symbol takes its own value at each of them
+_PROBE_POINTS = 4
+
+
+@lru_cache(maxsize=1024)
+def _probe(point: int, index: int) -> sympy.Float:
+    """The value of the ``index``-th symbol (in name order) at a probe point: 30 digits from a
+    hash of the two numbers, so that no two symbols share a value and no value has a special
+    algebraic meaning. Its size is 0.3 to 2.8, and it is negative at one point of the four
+    (a different one for neighbouring symbols): ``\\sqrt{x^2}`` is not ``x``."""
+    digest = hashlib.sha256(f"probe {point} {index}".encode()).digest()
+    size = sympy.Rational(3, 10) + sympy.Rational(
+        int.from_bytes(digest[:16], "big") % 10**30, 4 * 10**29
+    )
+    return sympy.Float(-size if (point + index) % _PROBE_POINTS == 2 else size, 30)
 
 
 def _plain_symbols(expr: sympy.Basic) -> sympy.Basic:
@@ -104,8 +117,8 @@ def _is_identity(a: sympy.Expr, b: sympy.Expr) -> bool:
         return True
     symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
     agree = 0
-    for k in range(len(_PROBES)):
-        point = {s: _PROBES[(k + j) % len(_PROBES)] for j, s in enumerate(symbols)}
+    for k in range(_PROBE_POINTS):
+        point = {s: _probe(k, j) for j, s in enumerate(symbols)}
         va, vb = sympy.N(a.xreplace(point), 30), sympy.N(b.xreplace(point), 30)
         if not (va.is_number and vb.is_number) or va.has(*_UNDEFINED) or vb.has(*_UNDEFINED):
             continue
@@ -187,6 +200,22 @@ def _as_point(x: sympy.Basic, other: sympy.Basic) -> sympy.Basic:
     return sympy.Tuple(*values)
 
 
+def _as_vector(x: sympy.Basic, other: sympy.Basic) -> sympy.Basic:
+    """The tuple ``(1, 2)`` as the vector it names when compared with a matrix of one column
+    (or one row): vectors are written either way. ``(1, 2)`` reads as an open interval too."""
+    if not isinstance(other, sympy.MatrixBase) or 1 not in other.shape:
+        return x
+    if isinstance(x, sympy.Interval) and x.left_open and x.right_open:
+        x = sympy.Tuple(x.start, x.end)
+    if (
+        isinstance(x, sympy.Tuple)
+        and len(x) == len(other)
+        and all(isinstance(e, sympy.Expr) for e in x)
+    ):
+        return sympy.ImmutableMatrix(*other.shape, list(x))
+    return x
+
+
 def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     """Mathematical equivalence of two parsed answers."""
     if a == b:
@@ -212,8 +241,11 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
         isinstance(a, sympy.Union) and isinstance(b, sympy.Union)
     ):
         return _match_unordered(list(a.args), list(b.args), rel_tol)
+    a, b = _as_vector(a, b), _as_vector(b, a)
     if isinstance(a, sympy.MatrixBase) and isinstance(b, sympy.MatrixBase):
         return a.shape == b.shape and all(equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
+        return False  # a matrix is no number (and SymPy cannot subtract the two)
     if isinstance(a, sympy.Tuple) and isinstance(b, sympy.Interval):
         b = sympy.Tuple(b.start, b.end)
     if isinstance(b, sympy.Tuple) and isinstance(a, sympy.Interval):
@@ -249,6 +281,29 @@ def _is_nan(answer: Any) -> bool:
     return isinstance(answer, str) and answer.strip().lstrip("+-").lower() == "nan"
 
 
+#: an answer of letters only: a word (``Monday``, ``\\text{no solution}``) or a name (``ABC``,
+#: ``\\angle BAC``); SymPy would read it as a product of one-letter variables, in any order
+_LETTERS = re.compile(r"(?:\\(?:angle|triangle) )?[A-Za-z]+(?: [A-Za-z]+)*")
+#: words that name a number (plain-text answers are read with them): ``inf`` is ``\\infty``
+_NUMBER_WORDS = {"pi", "inf", "infinity"}
+
+
+def _letters_only(text: str) -> bool:
+    if _LETTERS.fullmatch(text) is None:
+        return False
+    return not any(w.lower() in _NUMBER_WORDS for w in text.split())
+
+
+def _is_word(text: str) -> bool:
+    """Letters only, with a word or name that no product of a few variables is written as:
+    capitals, two or more (``AB``, ``\\angle ABC``), or four letters or more (``none``,
+    ``Monday``). Compared letter for letter; ``xy`` and ``abc`` stay algebra (``yx``, ``bca``)."""
+    if not _letters_only(text):
+        return False
+    words = [w for w in text.split() if w[0] != "\\"]
+    return any((len(w) > 1 and w.isupper()) or len(w) > 3 for w in words)
+
+
 class MathVerifier(Verifier):
     name = "math"
     cacheable = True
@@ -276,6 +331,8 @@ class MathVerifier(Verifier):
         letter = mp.choice_letter(gt)
         if letter is not None:
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
+        if _is_word(gt) and _letters_only(pred):  # BAC is not ABC, as a product would be
+            return Verdict(float(pred.replace(" ", "") == gt.replace(" ", "")))
         if mp.fast_number(gt) is not None:
             pred = mp.strip_unit_words(pred)
         fast = _fast_equal(pred, gt, rel_tol)
@@ -295,3 +352,9 @@ class MathVerifier(Verifier):
             return Verdict(0.0, "parse", str(e))
         except OverflowError:  # mpmath's working precision of a value too large to evaluate
             return Verdict(0.0, "parse", "too large to compare exactly")
+        except ZeroDivisionError:  # SymPy divides by zero to evaluate \cot 0
+            return Verdict(0.0, "parse", "undefined value (a division by zero)")
+        except (ValueError, TypeError, ArithmeticError) as e:
+            # how SymPy says that it cannot evaluate a value: (-1)! (a pole of the gamma
+            # function), an integral at a probe point
+            return Verdict(0.0, "parse", f"cannot evaluate: {type(e).__name__}: {e}"[:200])

@@ -25,6 +25,8 @@ MAX_DIGITS = 4000
 HUGE_EXPONENT = 10_000
 #: a power or exponential whose value needs more bits than this is too large to compare
 HUGE_BITS = 100_000
+#: entries of a matrix that ``\\operatorname{zeros}``, ``ones`` or ``eye`` may build (100 x 100)
+MAX_MATRIX_ENTRIES = 10_000
 
 
 class MathParseError(ValueError):
@@ -51,6 +53,9 @@ _WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|mbox|boxed|mathbf)\{(.*)\}$", r
 _IN_SET = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
 _CHOICE_PRED = re.compile(r"^(?:\\text\{)?\(?([A-J])\)?(?:[.:)\s}]|$)")
+#: an answer that starts with a parenthesised option letter, upper or lower case: ``(B) I and
+#: III``, ``(b) 42``; its text may hold capitals that are no choice letters
+_CHOICE_PAREN = re.compile(r"^(?:\\text\{)?\(([A-Ja-j])\)(?:[.:\s}]|$)")
 #: a second choice letter after the first ("A or B", "(A) (B)", "A B C D"): a hedge
 _ANOTHER_CHOICE = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
@@ -65,6 +70,8 @@ _HUGE_E = re.compile(r"\d\.?[eE][+-]?0*\d{5}")
 _SCI = re.compile(
     r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x)\s*10\^\{?([+-]?\d+)\}?$"
 )
+_MATRIX_MAKER = re.compile(r"\\operatorname\{(?:zeros|ones|eye)\}")
+_MATRIX_SIZE = re.compile(r"\((\d+)(?:,(\d+))?\)|\{(\d+)\}|(\d+)")
 _SQRT_CALL = re.compile(r"\bsqrt\s*\(")
 _SHORT_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
 _SHORT_SQRT = re.compile(r"\\sqrt\s*(\d|[A-Za-z](?![A-Za-z]))")
@@ -124,7 +131,14 @@ def choice_letter(gt: str) -> str | None:
 
 
 def pred_choice_letter(pred: str) -> str | None:
-    """The letter the answer chooses; None when it names none, or more than one."""
+    """The letter the answer chooses; None when it names none, or more than one. After a
+    parenthesised letter, only another parenthesised letter of the same case (``(A) (B)``)
+    is a second choice: ``(B) I and III`` chooses B."""
+    m = _CHOICE_PAREN.match(pred.strip())
+    if m:
+        letter = m.group(1)
+        other = r"\(\s*[A-J]\s*\)" if letter.isupper() else r"\(\s*[a-j]\s*\)"
+        return None if re.search(other, pred.strip()[m.end() :]) else letter.upper()
     m = _CHOICE_PRED.match(pred.strip())
     if m:
         return None if _ANOTHER_CHOICE.search(pred.strip(), m.end()) else m.group(1)
@@ -201,6 +215,21 @@ def check_size(s: str) -> None:
         raise MathParseError(f"a number with more than {MAX_DIGITS} digits")
     if _HUGE_E.search(s):
         raise MathParseError("a power too large to evaluate (e-notation exponent)")
+    _check_matrix_sizes(s)
+
+
+def _check_matrix_sizes(s: str) -> None:
+    """``\\operatorname{zeros}(40000, 40000)`` would build its matrix while being parsed: the
+    size of such a matrix must be written as one or two plain integers, and be small."""
+    packed = "".join(s.split())  # the grammar skips spaces: (4 0000, 1) is 40000 rows
+    for m in _MATRIX_MAKER.finditer(packed):
+        size = _MATRIX_SIZE.match(packed, m.end())
+        if not size:
+            raise MathParseError("a matrix size must be written as plain integers")
+        rows = int(size.group(1) or size.group(3) or size.group(4))
+        cols = int(size.group(2) or rows)
+        if rows * cols > MAX_MATRIX_ENTRIES:
+            raise MathParseError(f"a matrix too large (over {MAX_MATRIX_ENTRIES} entries)")
 
 
 def plain_to_latex(s: str) -> str:
@@ -254,6 +283,10 @@ def to_sympy(s: str) -> sympy.Basic:
         expr = sympy.ImmutableMatrix(expr)
     if not isinstance(expr, sympy.Basic):
         raise MathParseError(f"parsed to {type(expr).__name__}, not a SymPy object")
+    # the grammar gives \gcd(12, 18) as 6 wrapped in an UnevaluatedExpr, which SymPy cannot
+    # compare with a number
+    if expr.has(sympy.UnevaluatedExpr):
+        expr = expr.replace(lambda e: isinstance(e, sympy.UnevaluatedExpr), lambda e: e.args[0])
     return expr
 
 

@@ -1,7 +1,9 @@
 """VQA and counting: normalised exact match; a counting answer compares as an integer.
 
 The ground truth may be a list of accepted answers. Normalisation drops case, articles,
-surrounding punctuation and extra spaces, and reads number words ("three") as digits.
+surrounding punctuation and extra spaces, and reads number words ("three") as digits; a truth
+that is only an article ("A" as an option letter) keeps its articles, and an answer that
+normalises to nothing matches nothing.
 """
 
 from __future__ import annotations
@@ -47,12 +49,23 @@ _THOUSANDS_SEP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 3,000 -> 3000; 1,2 st
 MAX_CHARS = 10_000
 
 
-def normalize_text(text: str) -> str:
+def normalize_text(text: str, keep_articles: bool = False) -> str:
     """Lower-case words, no articles or punctuation, number words as digits, no thousands
     separators."""
     text = _THOUSANDS_SEP.sub("", text.lower().replace("\\text{", " "))
     words = _PUNCT.sub(" ", text).split()
-    return " ".join(_NUMBER_WORDS.get(w, w) for w in words if w not in _ARTICLES)
+    drop = set() if keep_articles else _ARTICLES
+    return " ".join(_NUMBER_WORDS.get(w, w) for w in words if w not in drop)
+
+
+def normalize_pair(pred: str, gt: str) -> tuple[str, str]:
+    """The answer and the truth normalised alike; articles are kept when the truth is nothing
+    but one (the option letter ``A``, or ``The``), which would otherwise be matched by an empty
+    answer."""
+    g = normalize_text(gt)
+    if g:
+        return normalize_text(pred), g
+    return normalize_text(pred, keep_articles=True), normalize_text(gt, keep_articles=True)
 
 
 def as_integer(text: str) -> int | None:
@@ -78,10 +91,11 @@ class VQAVerifier(Verifier):
         # ("a a a ... yes" is "yes"): without the flag, a refused answer's verdict would be
         # served to the short answer it normalises to, and the other way round
         too_long = len(extracted) > MAX_CHARS
+        # articles kept: a truth that is one ("A") is compared with them
         return (
             too_long,
-            normalize_text(extracted),
-            tuple(normalize_text(a) for a in _accepted(answer)),
+            normalize_text(extracted, keep_articles=True),
+            tuple(normalize_text(a, keep_articles=True) for a in _accepted(answer)),
         )
 
     def bounded(self, extracted: str, answer: Any) -> bool:
@@ -90,12 +104,13 @@ class VQAVerifier(Verifier):
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
         if len(extracted) > MAX_CHARS:
             return Verdict(0.0, "parse", f"answer longer than {MAX_CHARS} characters")
-        pred = normalize_text(extracted)
         for gt in _accepted(answer):
             g_int = as_integer(gt)
             if g_int is not None:
                 if as_integer(extracted) == g_int:
                     return Verdict(1.0)
-            elif pred == normalize_text(gt):
+                continue
+            pred, g = normalize_pair(extracted, gt)
+            if pred and pred == g:  # an answer that is no words at all matches nothing
                 return Verdict(1.0)
         return Verdict(0.0)

@@ -354,3 +354,34 @@ def test_a_scorer_with_malformed_default_options_refuses_to_start():
 
     with pytest.raises(ValueError, match="option 'rel_tol' must be a number"):
         RewardScorer(1, defaults={"rel_tol": None})
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # "A" lost its article in normalisation: an empty answer matched it
+        ("", "A", 0.0),
+        (".", "A", 0.0),
+        ("The", "A", 0.0),
+        ("the", "A", 0.0),
+        ("an", "A", 0.0),
+        ("a", "A", 1.0),
+        ("(A)", "A", 1.0),
+        ("A.", "A", 1.0),
+        ("The", "The", 1.0),
+        ("", "The", 0.0),
+        ("A", "The", 0.0),
+        ("the cat", "A cat", 1.0),  # articles still drop beside other words
+        ("", "", 0.0),
+    ],
+)
+def test_an_answer_that_normalises_to_nothing_never_matches(pred, gt, reward):
+    assert VQAVerifier().verify(pred, gt, {}) == (reward, None, None)
+    assert ChartVerifier().verify(pred, gt, {}) == (reward, None, None)
+
+
+def test_vqa_cache_keeps_apart_answers_that_differ_only_in_articles(scorer):
+    from conftest import glm
+
+    items = [{"domain": "vqa", "response": glm(p), "answer": "A"} for p in ("The", "A", "the")]
+    assert [r.reward for r in scorer.score_batch(items)] == [0.0, 1.0, 0.0]

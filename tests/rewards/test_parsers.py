@@ -39,6 +39,9 @@ SAME_MEANING = [
     "\\sin x^2",
     "\\sin x \\cos x",
     "\\sin(x)!",
+    "(2,1)",  # an empty interval would be: a pair, as in latex2sympy
+    "(1,1)",
+    "[2,1]",
 ]
 
 
