@@ -23,6 +23,7 @@ from rlcs.data import Item
 
 if TYPE_CHECKING:
     from cluster.grade_progress import GradeProgress
+    from rlcs.curriculum.tiers import TierScheme
 
 #: the pass-rate buckets of the summary table
 BUCKETS = ("0", "(0, .25]", "(.25, .5]", "(.5, .75]", "(.75, 1)", "1")
@@ -110,11 +111,18 @@ def tally(records: Sequence[dict[str, Any]], threshold: float) -> tuple[Counter[
 
 
 def graded_items(
-    items: Sequence[Item], rates: dict[str, float | None], src_dir: Path, out_dir: Path
+    items: Sequence[Item],
+    rates: dict[str, float | None],
+    src_dir: Path,
+    out_dir: Path,
+    tiers: TierScheme | None = None,
 ) -> list[Item]:
     """The items with ``difficulty`` set to their pass rate (4 decimals; left as it was where
     the rate is None), every other field as it was; relative image paths are rewritten to stay
-    valid from ``out_dir``."""
+    valid from ``out_dir``. An item labelled with a tier name (a human label) merges the two,
+    as the recipe's offline grading does: the mean of the pass rate that tier stands for
+    (``tiers``, the curriculum's) and the model's, both kept in ``meta`` (``human_tier``,
+    ``model_pass_rate``)."""
     missing = [it.id for it in items if it.id not in rates]
     if missing:
         raise ValueError(f"{len(missing)} items have no grade, e.g. {missing[:3]}")
@@ -123,6 +131,11 @@ def graded_items(
     for it in items:
         rate = rates[it.id]
         update: dict[str, Any] = {} if rate is None else {"difficulty": round(rate, 4)}
+        if rate is not None and tiers is not None and isinstance(it.difficulty, str):
+            label = tiers.offline_pass_rate(it.difficulty)
+            update["difficulty"] = round((label + rate) / 2, 4)
+            update["meta"] = {**it.meta, "human_tier": it.difficulty,
+                              "model_pass_rate": round(rate, 4)}  # fmt: skip
         if not same and it.images:
             update["images"] = [_rebase(ref, src_dir, out_dir) for ref in it.images]
         out.append(it.model_copy(update=update))
@@ -188,14 +201,22 @@ def grade_files(
     from cluster.grade_progress import GradeProgress
     from cluster.placement import worker_gpus
     from cluster.ray_connect import connect_ray
-    from cluster.stage_data import absolute_images, check_ground_truths, register_domains
+    from cluster.stage_data import (
+        absolute_images,
+        check_ground_truths,
+        register_domains,
+        tier_names,
+    )
+    from rlcs.curriculum.tiers import TierScheme
     from rlcs.data import check_output_file, load_items, write_jsonl
 
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
     check_sampling(cfg.rollout)
     domains = register_domains(cfg.reward.custom_domains)
-    loaded = [(p, check_ground_truths(p, load_items(p, domains, cfg.data.image_check)))
+    # a tier label is checked now: it is merged with the model's pass rate at the end
+    tiers, names = TierScheme.from_config(cfg.curriculum), tier_names(cfg)
+    loaded = [(p, check_ground_truths(p, load_items(p, domains, cfg.data.image_check, names)))
               for p in inputs]  # fmt: skip
     items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
     if not items:
@@ -215,7 +236,8 @@ def grade_files(
         dtype=cfg.model.dtype, progress=progress, ship_images=cfg.cluster.ship_images, kept=kept,
     )  # fmt: skip
     write_jsonl(
-        [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent)], out
+        [g for p, its in loaded for g in graded_items(its, rates, p.parent, out.parent, tiers)],
+        out,
     )
     kept.finish()
     unscorable = sum(n for kind, n in errors.items() if is_unscorable(kind))

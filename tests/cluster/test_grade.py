@@ -16,7 +16,8 @@ from cluster.grade import (
     summary_table,
     tally,
 )
-from rlcs.config import RolloutConfig
+from rlcs.config import CurriculumConfig, RolloutConfig
+from rlcs.curriculum.tiers import TierScheme
 from rlcs.data import Item
 
 
@@ -77,6 +78,12 @@ def test_graded_items_set_difficulty_and_keep_images_reachable(tmp_path):
     got = graded_items(items, {"a": 1 / 3, "b": 1.0}, src, out)
     assert got[0].difficulty == 0.3333 and got[1].difficulty == 1.0
     assert got[0].meta == {"k": 1} and got[0].answer == "1"
+    # with the curriculum's tiers, a human tier label is merged with the model's pass rate:
+    # very_hard stands for 0.05 under the default cut points, the model passed a third
+    tiers = TierScheme.from_config(CurriculumConfig())
+    merged = graded_items(items, {"a": 1 / 3, "b": 1.0}, src, out, tiers)
+    assert merged[0].difficulty == round((0.05 + 1 / 3) / 2, 4) and merged[1].difficulty == 1.0
+    assert merged[0].meta == {"k": 1, "human_tier": "very_hard", "model_pass_rate": 0.3333}
     # from the output's folder the relative path still names the same file; inline images stay
     assert (out / got[0].images[0]).resolve() == (src / "images" / "a.png").resolve()
     assert got[1].images == items[1].images
