@@ -224,6 +224,23 @@ def _warn_unweighted(weights: Mapping[str, float], items: Sequence[Item]) -> Non
                     "give each a weight to train on it", ", ".join(unweighted))  # fmt: skip
 
 
+def rollout_row_problem(cfg: Config) -> str | None:
+    """Why an RL rollout at its full budget would not fit one of the learner's packed rows
+    (``data.seq_len``), before its prompt is even counted; None when it would. Such a rollout
+    stops the learner's step with an error when it comes, maybe hours into the run."""
+    ro = cfg.rollout
+    longest = ro.max_answer_tokens if ro.nothink else ro.max_think_tokens + 2 + ro.max_answer_tokens
+    if longest < cfg.data.seq_len:
+        return None
+    how = ("rollout.max_answer_tokens" if ro.nothink else
+           "rollout.max_think_tokens + 2 forced tokens + rollout.max_answer_tokens")  # fmt: skip
+    return (
+        f"data.seq_len={cfg.data.seq_len} cannot hold a rollout at its full budget ({longest} "
+        f"response tokens: {how}), let alone its prompt: one that uses its budget stops the "
+        "learner's step; raise data.seq_len or lower the budget"
+    )
+
+
 def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     train, evals = data_files(cfg, run_dir)
     images = cfg.data.image_check

@@ -38,6 +38,7 @@ from cluster.stage_data import (
     load_stage_data,
     model_dir_problem,
     resolve_model,
+    rollout_row_problem,
     supervised_batch,
 )
 from cluster.wall_budget import WallBudget
@@ -73,6 +74,8 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
+    if cfg.stage == "rl" and (problem := rollout_row_problem(cfg)):
+        logging.getLogger(__name__).warning(problem)  # `log` is the run log below
     if resume:
         if cfg.stage == "rl":
             check_resume_items(run_dir, {it.id for it in data.items})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -10,6 +11,8 @@ from PIL import Image
 from cluster.stage_data import data_files, load_stage_data
 from rlcs.config import load_config
 from rlcs.data import DatasetError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_synthetic_data_follows_each_domains_difficulty_range(tmp_path):
@@ -312,3 +315,22 @@ def test_data_image_check_decides_how_each_stages_images_are_checked(tmp_path):
         Exception, match=r"data\.image_check: Input should be 'decode', 'header' or 'off'"
     ):
         load_config(None, ["model.tiny=vlm", "data.image_check=pixels"])
+
+
+def test_a_budget_longer_than_a_learner_row_is_named():
+    """A rollout at its full thinking and answer budget must fit data.seq_len, or the learner's
+    step fails when one comes; the run says so when it starts."""
+    from cluster.stage_data import rollout_row_problem
+
+    base = ["model.tiny=text", "rollout.max_think_tokens=100", "rollout.max_answer_tokens=20"]
+    assert rollout_row_problem(load_config(None, [*base, "data.seq_len=123"])) is None
+    assert rollout_row_problem(load_config(None, [*base, "data.seq_len=122"])) == (
+        "data.seq_len=122 cannot hold a rollout at its full budget (122 response tokens: "
+        "rollout.max_think_tokens + 2 forced tokens + rollout.max_answer_tokens), let alone its "
+        "prompt: one that uses its budget stops the learner's step; raise data.seq_len or lower "
+        "the budget"
+    )
+    nothink = load_config(None, [*base, "data.seq_len=20", "rollout.nothink=true"])
+    assert "(20 response tokens: rollout.max_answer_tokens)" in rollout_row_problem(nothink)
+    for name in ("tiny-text", "tiny-vlm", "glm4v-9b-8xh100", "glm4v-9b-4node"):
+        assert rollout_row_problem(load_config(ROOT / "configs" / f"{name}.yaml")) is None
