@@ -39,8 +39,8 @@ def add_reward_server_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive_float,
         default=5.0,
-        help="per-item timeout in seconds; an item over it scores 0 with error 'timeout' "
-        "(default %(default)s)",
+        help="per-item timeout in seconds; an item over it scores 0 with error 'timeout'; a "
+        "request's timeout_s option may ask for less, not more (default %(default)s)",
     )
     p.add_argument(
         "--max-body-bytes",

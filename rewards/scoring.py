@@ -197,12 +197,18 @@ class RewardScorer:
         inline_max: int = 16,
         max_answer_chars: int = 65_536,
         gate_in_caller_max: int = 65_536,
+        max_timeout_s: float | None = None,
     ) -> None:
         for domain, path in (custom_domains or {}).items():
             registry.register(domain, path)
         if problem := timeout_problem(timeout_s):
             raise ValueError(f"RewardScorer: {problem}")
         self.timeout_s = float(timeout_s)
+        if max_timeout_s is not None and (problem := timeout_problem(max_timeout_s)):
+            raise ValueError(f"RewardScorer max_timeout_s: {problem}")
+        #: the most any item may take, whatever its own or its batch's timeout_s asks (a
+        #: server's callers cannot hold its workers longer than it allows)
+        self.max_timeout_s = None if max_timeout_s is None else float(max_timeout_s)
         self.inline_max = inline_max
         self.max_answer_chars = max_answer_chars
         self.gate_in_caller_max = gate_in_caller_max
@@ -247,9 +253,12 @@ class RewardScorer:
 
     def _limits(self, plan: _Plan, timeout_s: float | None) -> list[float]:
         """Each pooled task's time limit: its item's own ``timeout_s`` option, else the
-        batch's, else the scorer's."""
+        batch's, else the scorer's; never above ``max_timeout_s``."""
         default = self.timeout_s if timeout_s is None else float(timeout_s)
-        return [float(task[3].get("timeout_s", default)) for task in plan.pooled]
+        limits = [float(task[3].get("timeout_s", default)) for task in plan.pooled]
+        if self.max_timeout_s is None:
+            return limits
+        return [min(t, self.max_timeout_s) for t in limits]
 
     def _plan(self, items: Iterable[Any], refused: str | None = None) -> _Plan:
         """Gate, extract and look up the cache in this process; say what remains to verify.

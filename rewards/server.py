@@ -182,8 +182,10 @@ class _Gate:
     def _refuse(self, scope: dict) -> Response | None:
         if self.token and not _open(scope["path"]):
             headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            # the scheme's name in any case (HTTP's rule); the token's bytes as sent (UTF-8)
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            token_ok = hmac.compare_digest(given.strip(), self.token.encode())
+            if scheme.lower() != b"bearer" or not token_ok:
                 return JSONResponse(
                     {"detail": "missing or wrong bearer token"},
                     status_code=401,
@@ -375,7 +377,8 @@ def main(args: argparse.Namespace) -> int:
     if problem := argtypes.listen_error(args.host, args.port):
         print(f"rlcs serve-rewards: {problem}", file=sys.stderr)
         return 2
-    scorer = RewardScorer(args.workers, timeout_s=args.timeout, custom_domains=_env_domains())
+    scorer = RewardScorer(args.workers, timeout_s=args.timeout, max_timeout_s=args.timeout,
+                          custom_domains=_env_domains())  # fmt: skip
     default = getattr(args, "default_domain", "math")
     if default not in registry.domains():
         scorer.close()

@@ -144,7 +144,9 @@ def read_store(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         return {"meta": {}, "iterations": [], "tiers": [], "subcategories": []}
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    # as a URI, percent-encoded: a folder named run#3 or exp?1 would otherwise end the path
+    # early (and "exp?1" would open, even create, the file "exp" read-write)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
     try:
         db.row_factory = sqlite3.Row
         meta = {r["key"]: json.loads(r["value"]) for r in db.execute("SELECT * FROM meta")}

@@ -216,7 +216,8 @@ class RunReader:
                 mask &= _id_matches(arrays["ids"], q)
             else:
                 hit = np.zeros(n, dtype=bool)
-                if q.isdecimal() and int(q) < n:
+                # an index, read only when it can be one (int() refuses 4,300 digits and more)
+                if q.isdecimal() and len(q) <= len(str(n)) and int(q) < n:
                     hit[int(q)] = True
                 mask &= hit
         matches = np.flatnonzero(mask)

@@ -73,6 +73,27 @@ def test_an_items_own_timeout_applies_within_a_batch(bad_scorer):
     assert time.monotonic() - start < 0.3 + 1.0
 
 
+def test_a_scorers_ceiling_caps_what_an_item_or_a_batch_asks(bad_scorer):  # registers "hang"
+    """A server's --timeout (max_timeout_s) is the most any caller's timeout_s buys: asking for
+    more cannot hold its workers longer."""
+    s = RewardScorer(1, timeout_s=0.5, max_timeout_s=0.5, defaults={"format": "bare"})
+    try:
+        start = time.monotonic()
+        own = s.score_batch([("hang", "hang", None, {"timeout_s": 30})])
+        batch = s.score_batch([("hang", "hang", None)], timeout_s=30)
+        assert time.monotonic() - start < 2 * (0.5 + 1.0)
+        assert [(r.error, r.detail) for r in own + batch] == [
+            ("timeout", "no result within 0.5 s; worker killed")
+        ] * 2
+        assert s.score("hang", "hang", None, timeout_s=0.2).detail == (
+            "no result within 0.2 s; worker killed"  # less is fine
+        )
+    finally:
+        s.close()
+    with pytest.raises(ValueError, match="max_timeout_s"):
+        RewardScorer(1, max_timeout_s=0)
+
+
 def test_pool_keeps_working_after_kills(bad_scorer):
     bad_scorer.score_batch([("hang", "hang", None)], timeout_s=0.3)
     assert [r.reward for r in bad_scorer.score_batch([("hang", "ok", None)] * 10)] == [1.0] * 10

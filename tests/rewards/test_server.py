@@ -179,6 +179,11 @@ def test_auth_and_limits(server):
     assert r.status_code == 401 and "bearer token" in r.text
     r = httpx.get(base + "/metrics", headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401
+    for scheme in ("bearer", "BEARER"):  # the scheme's name is case-insensitive in HTTP
+        r = httpx.get(base + "/metrics", headers={"Authorization": f"{scheme} {TOKEN}"})
+        assert r.status_code == 200
+    for header in (f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}x", "Bearer"):
+        assert httpx.get(base + "/metrics", headers={"Authorization": header}).status_code == 401
     r = server.post(
         "/v1/score", json={"domain": "ocr", "response": glm("x" * 3_000_000), "answer": "x"}
     )

@@ -126,6 +126,21 @@ def test_iteration_updates_the_ratio_ema_and_the_next_batch_is_oversampled(tmp_p
     assert sum(t["groups"] for t in tiers) == 4 and sum(t["sampled"] for t in tiers) == 4
 
 
+@pytest.mark.parametrize("name", ["run#3", "exp?1", "50%41", "a b"])
+def test_the_store_reads_back_in_a_folder_of_any_name(tmp_path, name):
+    """The read-only reader opens the store by URI: a '#', '?' or '%' in the run's folder name
+    once cut the path short (and "exp?1" opened, even created, "exp" read-write)."""
+    run = tmp_path / name
+    cur = make(n=10)
+    cur.attach(run)
+    cur.report(cur.next_batch(2), np.array([[1, 0] * 4, [1] * 8]))
+    cur.end_iteration()
+    assert [
+        r["iteration"] for r in read_store(run / "curriculum" / "aggregates.sqlite")["iterations"]
+    ] == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
 def test_bad_reports_are_rejected_counted_and_leave_state_untouched():
     items = [Item(id=f"q{i}é", domain="math", prompt="p", difficulty=0.5) for i in range(10)]
     cur = curriculum_from_items(items)

@@ -111,6 +111,21 @@ def test_item_search_ignores_case_beyond_ascii_and_a_nul_finds_nothing(tmp_path)
     assert found("a\x00") == set()
 
 
+def test_without_ids_a_search_reads_an_index_and_any_other_text_finds_nothing(tmp_path):
+    """A snapshot of a sampler made without ids names its items by index; a query of
+    thousands of digits (more than int() reads) finds nothing instead of failing."""
+    cur = curriculum_from_items([Item(id=f"x{i}", domain="math", prompt="?") for i in range(12)])
+    run = tmp_path / "run"
+    cur.attach(run)
+    cur.save(run)
+    for ids in run.rglob("ids.npy"):
+        ids.unlink()
+    reader = RunReader(run)
+    assert [r["id"] for r in reader.items(q="11")["rows"]] == ["11"]
+    for q in ("12", "1" * 5000, "x1"):
+        assert reader.items(q=q)["rows"] == []
+
+
 def test_item_table_sorts_by_a_column_with_ties_in_item_order_and_no_rate_last(tmp_path):
     ids = ["b", "a", "d", "c", "e"]
     items = [
