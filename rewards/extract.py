@@ -30,6 +30,14 @@ class FormatError(ValueError):
     """The response does not have the required shape; the message says what is wrong."""
 
 
+def opened_think(prompt: str) -> str:
+    """The think block a chat template opens at the end of the prompt (``<think>`` to think,
+    ``<think></think>`` in GLM's /nothink mode), which belongs to the response; else ''."""
+    at = prompt.rfind(THINK_OPEN)
+    rest = prompt[at + len(THINK_OPEN) :].replace(THINK_CLOSE, "", 1)
+    return prompt[at:] if at >= 0 and "<" not in rest else ""
+
+
 def extract(response: str, fmt: str = "glm") -> str:
     """Return the answer text, or raise ``FormatError`` with the reason."""
     if not isinstance(response, str):

@@ -9,7 +9,7 @@ from typing import Any
 
 from rewards import registry
 from rewards.base import ScoreResult
-from rewards.extract import THINK_CLOSE, THINK_OPEN
+from rewards.extract import THINK_OPEN, opened_think
 
 #: end-of-sequence and padding markers OpenRLHF leaves on decoded queries (GLM ends a turn with
 #: ``<|user|>`` or ``<|observation|>``; an OpenRLHF that does not remove padding leaves pad
@@ -43,14 +43,6 @@ def _prompt_end(query: str, prompt: str) -> int | None:
     return query.find(tail) + lo
 
 
-def _opened_think(prompt: str) -> str:
-    """The think block a chat template opens at the end of the prompt (``<think>`` to think,
-    ``<think></think>`` in GLM's /nothink mode), which belongs to the response; else ''."""
-    at = prompt.rfind(THINK_OPEN)
-    rest = prompt[at + len(THINK_OPEN) :].replace(THINK_CLOSE, "", 1)
-    return prompt[at:] if at >= 0 and "<" not in rest else ""
-
-
 def openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str, Any]:
     """The ``score`` item of one OpenRLHF sample; ``problem`` says why it cannot be scored."""
     if isinstance(label, str) and label.lstrip().startswith("{"):
@@ -68,7 +60,7 @@ def openrlhf_item(query: str, prompt: str, label: Any, domain: str) -> dict[str,
     glm = not isinstance(options, dict) or options.get("format", "glm") == "glm"
     end = _prompt_end(query, prompt) if prompt else None
     if end is not None:
-        response = _opened_think(prompt) + query[end:]
+        response = opened_think(prompt) + query[end:]
     elif glm and THINK_OPEN in query:  # a GLM response starts at its (only) <think>
         response = query[query.rfind(THINK_OPEN) :]
     elif prompt:  # the whole query would let the prompt's text be taken for the answer

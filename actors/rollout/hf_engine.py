@@ -239,6 +239,13 @@ class HFEngine:
         if unknown:
             staged.clear()
             raise KeyError(f"HF engine has no parameters named {unknown[:5]}")
+        # checked before anything is copied: load_state_dict copies every tensor that fits
+        # before it raises for one that does not, which would leave half a push live
+        wrong = [f"{n}: {tuple(t.shape)} for {tuple(live[n].shape)}"
+                 for n, t in state.items() if t.shape != live[n].shape]  # fmt: skip
+        if wrong:
+            staged.clear()
+            raise ValueError(f"HF engine: pushed tensors of the wrong shape, e.g. {wrong[:3]}")
         self.model.load_state_dict(state, strict=False)
         checksums = dict(staged.checksums)
         readback = 0

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from actors.rollout.engine import GenRequest, GenResult
+from rlcs.prompts import IMAGE_PLACEHOLDER
 
 EXTENSION = "actors.weights.vllm_ext.WeightSyncExtension"
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
@@ -134,11 +135,26 @@ def cpu_start_failure(utilization: float, kv_cache_gib: float | None = None) -> 
     )
 
 
+def image_token_id(tokenizer: Any) -> int | None:
+    """The id of the image placeholder token (GLM-4.1V's ``<|image|>``); None without one."""
+    vocab = tokenizer.get_vocab()
+    return vocab.get(IMAGE_PLACEHOLDER)
+
+
 def added_prefix(tokenizer: Any) -> str:
     """The text of the special tokens ``tokenizer`` puts before any text it encodes with them
     (GLM's published tokenizers: ``[gMASK]<sop>``; the project's tiny one: nothing)."""
     added = tokenizer.encode("", add_special_tokens=True)
     return tokenizer.decode(added, skip_special_tokens=False) if added else ""
+
+
+def collapse_image_runs(ids: list[int], image_id: int | None) -> list[int]:
+    """Token ids as they were before vLLM's processor expanded them: every run of the image
+    placeholder token back to one. vLLM expands the placeholders of any token prompt with
+    images, already expanded or not, so a continuation must send them collapsed."""
+    if image_id is None:
+        return list(ids)
+    return [t for k, t in enumerate(ids) if t != image_id or k == 0 or ids[k - 1] != image_id]
 
 
 def processor_text(text: str, prefix: str) -> str:
@@ -182,6 +198,12 @@ class VLLMEngine:
         self.asleep = False
         # what vLLM's processor adds to an image prompt's text (worked out once, not per prompt)
         self.tokenizer_prefix = added_prefix(self.llm.get_tokenizer())
+        self.image_token_id = image_token_id(self.llm.get_tokenizer())
+        # A sampled image/video placeholder would be taken for an image slot (by the engine's
+        # processor in a continuation, by the learner's count of image tokens), so none is
+        # sampled, as in the HF engine; vLLM's logprobs stay those of the raw logits.
+        vocab = self.llm.get_tokenizer().get_vocab()
+        self.banned = {vocab[t]: -100.0 for t in ("<|image|>", "<|video|>") if t in vocab}
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
         # vLLM's own processor expands image placeholders, so the ids stay unexpanded here.
@@ -200,6 +222,7 @@ class VLLMEngine:
             logprobs=0,
             stop_token_ids=self.stop_ids,
             detokenize=False,
+            logit_bias=self.banned or None,
         )
 
     def prompt(self, req: GenRequest) -> dict[str, Any]:
@@ -208,9 +231,12 @@ class VLLMEngine:
         if not req.extra_ids:
             text = processor_text(req.prompt_text, self.tokenizer_prefix)
             return {"prompt": text, "multi_modal_data": {"image": req.images}}
-        # A continuation: prompt_ids are the expanded ids vLLM returned for the first pass.
+        # A continuation: prompt_ids are the expanded ids vLLM returned for the first pass
+        # (its tokenization of the text, special tokens included); the processor expands the
+        # placeholders of a token prompt again, so they go back collapsed.
         return {
-            "prompt_token_ids": req.prompt_ids + req.extra_ids,
+            "prompt_token_ids": collapse_image_runs(req.prompt_ids, self.image_token_id)
+            + req.extra_ids,
             "multi_modal_data": {"image": req.images},
         }
 

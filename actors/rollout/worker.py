@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 from actors.rollout.engine import GenRequest, GenResult
+from rewards.extract import opened_think
 from rlcs.config import RolloutConfig
 from rlcs.data import Item, Trajectory
 from rlcs.images import decode_image
@@ -124,10 +125,14 @@ class RolloutWorkerImpl:
         first_tokens = self.rule.max_tokens if one_pass else self.budget.first_pass_tokens
         reqs: list[GenRequest] = []
         owners: list[str] = []
+        heads: list[str] = []
         for item in items:
             images = [decode_image(ref, base) for ref in item.images]
             text = render_prompt(item, self.tokenizer, nothink=self.cfg.nothink)
             ids, mm = self.engine.encode(text, images)
+            # a think block the prompt opens (GLM's /nothink: "<think></think>") is part of
+            # the response the verifiers read: without it every such answer fails the format
+            heads += [opened_think(text)] * n
             for k in range(n):
                 seed = request_seed(self.cfg.seed, step, item.id, k)
                 reqs.append(
@@ -146,7 +151,7 @@ class RolloutWorkerImpl:
         return [
             Trajectory(
                 item_id=item_id,
-                response=self.tokenizer.decode(res.token_ids, skip_special_tokens=True),
+                response=head + self.tokenizer.decode(res.token_ids, skip_special_tokens=True),
                 token_ids=list(res.token_ids),
                 logprobs=list(res.logprobs),
                 finish_reason=res.finish_reason,
@@ -155,7 +160,7 @@ class RolloutWorkerImpl:
                 forced_positions=list(res.forced_positions),
                 timings=dict(timings),
             )
-            for item_id, res in zip(owners, results, strict=True)
+            for item_id, head, res in zip(owners, heads, results, strict=True)
         ]
 
     def _two_passes(self, reqs: list[GenRequest], temp: float) -> tuple[list[GenResult], float]:

@@ -178,9 +178,13 @@ def test_nothink_mode_answers_directly(ray_local, tiny_text_model):
         ray_local.kill(w)
     from rlcs.tokenizer import build_tokenizer
 
-    prompt = build_tokenizer().decode(t.prompt_token_ids)
+    tok = build_tokenizer()
+    prompt = tok.decode(t.prompt_token_ids)
     assert prompt.endswith("/nothink<|assistant|>\n<think></think>")
     assert not t.forced_answer and len(t.token_ids) <= ANSWER and t.forced_positions == []
+    # the think block the prompt opened belongs to the response the verifiers read, which
+    # must start with <think> in the GLM format
+    assert t.response == "<think></think>" + tok.decode(t.token_ids, skip_special_tokens=True)
 
 
 def test_batched_generation_matches_one_request_at_a_time(tiny_vlm, shapes_image, tmp_path):
@@ -341,3 +345,21 @@ def test_row_sampler_applies_the_budget_rule():
     lps = [step[0] for step in s.logprobs]
     assert lps[2:4] == [0.0, 0.0] and all(lp < 0 for lp in lps[:2] + lps[4:5])
     assert out[0].argmax().item() == stop
+
+
+def test_a_push_with_a_wrongly_shaped_tensor_changes_no_weight(tiny_text_model):
+    """A push is refused whole: a tensor of the wrong shape is found before any is copied (the
+    loader copies every tensor that fits before it raises), and the staged push is dropped."""
+    from actors.rollout.hf_engine import HFEngine
+    from rlcs.tokenizer import build_tokenizer, stop_token_ids
+
+    engine = HFEngine(str(tiny_text_model), stop_token_ids(build_tokenizer()))
+    live = engine.model.state_dict()
+    a, b = list(live)[1:3]
+    before = {n: t.clone() for n, t in live.items()}
+    wrong = torch.zeros(live[b].shape[0] + 1, *live[b].shape[1:])
+    engine._staged.add([(a, torch.full_like(live[a], 0.123)), (b, wrong)], "v1", "cpu_bytes")
+    with pytest.raises(ValueError, match=rf"wrong shape, e.g. \['{b}: "):
+        engine.commit_weights("v1")
+    assert all(torch.equal(t, before[n]) for n, t in engine.model.state_dict().items())
+    assert engine._staged.version is None
