@@ -403,15 +403,21 @@ class Learner:
                 state[name] = t.detach().to("cpu", torch.float32, copy=True)
         if self.rank != 0:
             return None
+        import shutil
+
         out = Path(out_dir)
-        tmp = out.with_name(out.name + ".tmp")
+        tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
+        # What an interrupted export left is discarded, so nothing of it is carried over; the
+        # model in `out` is replaced by a rename and removed only after, so a kill at any point
+        # leaves the old model or the new one there, whole, never one partly deleted.
+        for stale in (tmp, old):
+            shutil.rmtree(stale, ignore_errors=True)
         self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
         ckpt.copy_tokenizer_files(self.model_path, tmp)
         if out.exists():
-            import shutil
-
-            shutil.rmtree(out)
+            os.replace(out, old)
         os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
         return str(out)
 
     def record_optimizer_grads(self) -> None:

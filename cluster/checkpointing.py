@@ -90,8 +90,14 @@ class Checkpointer:
             roles.learner.export_hf(self.root / tag_of(step) / "hf")
         if roles.sampler is not None:
             ray.get(roles.sampler.save.remote())
+        # A checkpoint of a later step is one an earlier attempt left unfinished (killed before
+        # its curriculum snapshot, which resume follows): this run went on from before it, so
+        # it is stale, and counted among the newest it would push this save out.
+        done = [s for s in self.steps() if s <= step]
+        for stale in (s for s in self.steps() if s > step):
+            shutil.rmtree(self.root / tag_of(stale), ignore_errors=True)
         keep = self.cfg.run.keep_checkpoints
-        for old in self.steps()[:-keep] if keep else []:
+        for old in done[:-keep] if keep else []:
             shutil.rmtree(self.root / tag_of(old), ignore_errors=True)
 
     def _last_step(self) -> int:

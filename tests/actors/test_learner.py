@@ -6,6 +6,8 @@ recipe chains them). Each must lower its own objective on a fixed batch with ima
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from PIL import Image, ImageDraw
@@ -400,3 +402,13 @@ def test_export_hf_reloads_with_processor_and_same_logits(vlm_learner, tmp_path,
         ours = vlm_learner.engine.module(**enc, use_cache=False).logits
     torch.testing.assert_close(reloaded, ours, rtol=0, atol=0)
     assert not (tmp_path / "hf.tmp").exists()
+    # again over it, after an export killed part-way (its hf.tmp left with a file cut short,
+    # and an hf.old of a replacement): the new export is whole, and nothing stale remains
+    (tmp_path / "hf.tmp").mkdir()
+    (tmp_path / "hf.tmp" / "preprocessor_config.json").write_text('{"cut')
+    (tmp_path / "hf.old").mkdir()
+    before = sorted(p.name for p in Path(out).iterdir())
+    assert vlm_learner.export_hf(tmp_path / "hf") == out
+    assert sorted(p.name for p in Path(out).iterdir()) == before
+    assert Glm4vImageTextProcessor.from_pretrained(out) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]

@@ -53,3 +53,19 @@ def test_hf_export_beside_each_checkpoint_goes_with_it(tmp_path):
     assert ckpt.steps() == [10]
     assert (tmp_path / "checkpoints" / tag_of(10) / "hf" / "config.json").is_file()
     assert not (tmp_path / "checkpoints" / tag_of(5)).exists()
+
+
+def test_a_checkpoint_an_earlier_attempt_left_unfinished_is_dropped_not_kept(tmp_path):
+    """RL saves the learner's checkpoint, then the curriculum's snapshot, which resume
+    follows. Killed between the two at step 20, the run resumes from step 10; when it then
+    saves an earlier step (a time limit, fewer iterations), the orphan of step 20 counted as
+    the newest checkpoint and pruning deleted the step just saved: nothing left to resume."""
+    cfg = load_config("configs/tiny-text.yaml", ["learner.steps=30", "run.keep_checkpoints=1"])
+    ckpt = Checkpointer(tmp_path, cfg)
+    roles = SimpleNamespace(learner=FakeLearner(), sampler=None)
+    ckpt.save(roles, 10)
+    roles.learner.save_checkpoint(ckpt.root, tag_of(20), {"step": 20})  # the orphan
+    ckpt.save(roles, 15)
+    assert ckpt.steps() == [15]
+    ckpt.save(roles, 16)
+    assert ckpt.steps() == [16]
