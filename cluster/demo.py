@@ -157,11 +157,12 @@ def run(
     heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
     cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
-    scoring = {"reward_options": options_from_config(rl.reward), "dtype": rl.model.dtype}
+    options, dtype = options_from_config(rl.reward), rl.model.dtype
+    scoring = {"reward_options": options, "dtype": dtype}
     # kept only with SFT's checkpoint: a stage before it that ran again ends the keeping
     before = stage("eval after SFT",
                    lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, cpus, **scoring),
-                   eval_settings(rl.rollout, heldout, cpus, scoring["reward_options"], rl.model.dtype),
+                   eval_settings(rl.rollout, heldout, cpus, options, dtype),
                    evaluation=True)  # fmt: skip
     if budget_s:
         left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
@@ -186,8 +187,9 @@ def run(
                 dash.terminate()
 
     stage("rl", rl_stage, stage_settings(rl))
-    after = stage("eval after RL",
-                  lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, cpus, **scoring))  # fmt: skip
+    after = stage(
+        "eval after RL", lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, cpus, **scoring)
+    )
 
     wall = time.perf_counter() - t0
     rl_metrics = read_metrics(rl.run_dir)

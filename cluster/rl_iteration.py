@@ -265,10 +265,10 @@ class OverlappedIterations:
     Iteration k+1's rollouts thus come from the weights after update k-1, one update behind the
     learner (one-step off-policy, as the logged ``logprob_mismatch`` shows). The update takes
     them as they are: its ratio is to the learner's own logprobs of this step, so nothing
-    corrects or clips for the older policy that sampled them. The rollout engines and the learner work at the same
-    time instead of in turn: on a GPU cluster neither pool idles while the other works, and
-    on CPU the two roles split the cores (``cluster.colocate`` gives each its own share of
-    threads then, not the whole bundle's).
+    corrects or clips for the older policy that sampled them. The rollout engines and the
+    learner work at the same time instead of in turn: on a GPU cluster neither pool idles
+    while the other works, and on CPU the two roles split the cores (``cluster.colocate``
+    gives each its own share of threads then, not the whole bundle's).
 
     ``run(k, prefetch)`` trains on iteration k's rollouts (gathered now, or by the call before)
     and, with ``prefetch``, gathers iteration k+1's meanwhile. The driver prefetches only

@@ -390,8 +390,9 @@ def test_eval_and_grade_score_with_the_runs_verifier_options_and_dtype(tmp_path,
     monkeypatch.setattr(cluster.ray_connect, "connect_ray", lambda cfg: None)
     monkeypatch.setattr(cluster.evaluate, "answer_items", answer_items)
     monkeypatch.setattr("cluster.eval_command.answer_items", answer_items)
+    out = tmp_path / "g.jsonl"
     for run in (lambda: eval_files(cfg, tmp_path, [data], progress=False),
-                lambda: grade_files(cfg, tmp_path, [data], tmp_path / "g.jsonl", 2, 1.0, False)):  # fmt: skip
+                lambda: grade_files(cfg, tmp_path, [data], out, 2, 1.0, False)):  # fmt: skip
         with pytest.raises(RuntimeError, match="stop here"):
             run()
     want = {"format": "boxed", "rel_tol": 0.01, "iou_threshold": 0.5, "partial_credit": False}

@@ -208,8 +208,9 @@ def test_a_held_out_evaluation_without_items_is_named_in_a_warning(tmp_path, cap
     data = tmp_path / "rl.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     base = ["model.tiny=text", f"data.train={json.dumps([str(data)])}", f"run.root={tmp_path}"]
+    evals = f"data.eval={json.dumps([str(data)])}"
     for sets, warned in ((["run.eval_every=5"], True), (["run.eval_every=0"], False),
-                         (["run.eval_every=5", f"data.eval={json.dumps([str(data)])}"], False)):  # fmt: skip
+                         (["run.eval_every=5", evals], False)):  # fmt: skip
         caplog.clear()
         cfg = load_config(None, [*base, *sets])
         with caplog.at_level("WARNING", logger="cluster.stage_data"):
