@@ -105,10 +105,13 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
         roles.learner.export_hf(run_dir / "hf")
         write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
     except ray.exceptions.RayActorError as e:
-        steps = ckpt.steps()
+        try:  # the step --resume takes (the newest folder may be a save the death cut short)
+            at = ckpt.resume_point()
+        except (OSError, ValueError):
+            at = 0
         raise RunFailed(
             f"a {_role_of(e)} actor died ({type(e).__name__}); the run stopped. Checkpoints up to "
-            f"step {steps[-1] if steps else 0} are intact in {ckpt.root}: continue with --resume"
+            f"step {at} are intact in {ckpt.root}: continue with --resume"
         ) from e
     finally:
         roles.shutdown()
