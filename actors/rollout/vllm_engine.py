@@ -196,14 +196,15 @@ class VLLMEngine:
                 raise
             raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib)) from e
         self.asleep = False
+        tok = self.llm.get_tokenizer()
         # what vLLM's processor adds to an image prompt's text (worked out once, not per prompt)
-        self.tokenizer_prefix = added_prefix(self.llm.get_tokenizer())
-        self.image_token_id = image_token_id(self.llm.get_tokenizer())
+        self.tokenizer_prefix = added_prefix(tok)
+        self.image_token_id = image_token_id(tok)
         # A sampled image/video placeholder would be taken for an image slot (by the engine's
         # processor in a continuation, by the learner's count of image tokens), so none is
         # sampled, as in the HF engine; vLLM's logprobs stay those of the raw logits.
-        vocab = self.llm.get_tokenizer().get_vocab()
-        self.banned = {vocab[t]: -100.0 for t in ("<|image|>", "<|video|>") if t in vocab}
+        vocab = tok.get_vocab()
+        self.banned = {vocab[t]: -100.0 for t in (IMAGE_PLACEHOLDER, "<|video|>") if t in vocab}
 
     def encode(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any] | None]:
         # vLLM's own processor expands image placeholders, so the ids stay unexpanded here.
