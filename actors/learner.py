@@ -414,6 +414,7 @@ class Learner:
             shutil.rmtree(stale, ignore_errors=True)
         self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
         ckpt.copy_tokenizer_files(self.model_path, tmp)
+        ckpt.fsync_tree(tmp)
         if out.exists():
             os.replace(out, old)
         os.replace(tmp, out)

@@ -2,9 +2,11 @@
 
 A checkpoint is ``CKPT_ROOT/<tag>/`` holding DeepSpeed's state (model, optimizer, LR scheduler),
 one RNG file per rank, and the driver's data/sampler position. All ranks write into
-``CKPT_ROOT/.tmp-<tag>``; rank 0 renames it into place only after every rank has finished,
-then rewrites ``CKPT_ROOT/latest`` through a temporary file. A crash mid-save leaves the previous
-checkpoint and ``latest`` untouched.
+``CKPT_ROOT/.tmp-<tag>`` and fsyncs it; rank 0 renames it into place only after every rank has
+finished, then rewrites ``CKPT_ROOT/latest`` through a temporary file. A crash mid-save leaves the
+previous checkpoint and ``latest`` untouched, and a power loss after a save returned cannot leave
+its files empty under the curriculum snapshot that points at them (which is fsynced too). What a
+crash left in ``.tmp-*`` is removed by the next save.
 """
 
 from __future__ import annotations
@@ -46,24 +48,52 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def fsync_tree(path: str | Path) -> None:
+    """Flush every file under ``path``, and the folders that name them, to the disk."""
+    for folder, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(engine: Any, root: str | Path, tag: str, rank: int, data_state: Any = None) -> Path:
     """Collective: every rank calls it. Returns the final checkpoint directory."""
     root = Path(root)
     tmp, final = root / f".tmp-{tag}", root / tag
     if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
+        # no other save of this run is under way: any .tmp-* is what a crash mid-save left
+        for stale in root.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
     engine.save_checkpoint(str(tmp), tag=_DS_TAG, client_state={"data_state": data_state})
     torch.save(rng_state(), tmp / _DS_TAG / f"rng_rank{rank}.pt")
+    # each rank flushes what it wrote (and, on one node, finds the others' files mostly flushed)
+    fsync_tree(tmp)
     _barrier()
     if rank == 0:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         latest_tmp = root / "latest.tmp"
-        latest_tmp.write_text(tag)
+        with open(latest_tmp, "w") as f:
+            f.write(tag)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(latest_tmp, root / "latest")
+        fsync_dir(root)
     _barrier()
     return final
 

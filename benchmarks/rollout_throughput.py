@@ -36,9 +36,8 @@ class BareVLLM:
     def __init__(self, model_path: str, gpu_memory_utilization: float, seed: int):
         from vllm import LLM
 
-        from actors.rollout.vllm_engine import engine_kwargs, preload_cpu_allocator
+        from actors.rollout.vllm_engine import engine_kwargs
 
-        preload_cpu_allocator()  # the worker's engine runs on tcmalloc: so does the bare one
         kwargs = engine_kwargs(model_path, seed, "float32", gpu_memory_utilization)
         kwargs.pop("worker_extension_cls")  # bare: nothing of ours inside the engine
         self.llm = LLM(**kwargs)
@@ -112,7 +111,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from actors.rollout import RolloutWorker
+    from actors.rollout.worker import RolloutWorker, worker_options
     from rlcs.models import build_tiny_text_model
 
     model = args.model or str(build_tiny_text_model(Path(tempfile.mkdtemp()) / "tiny"))
@@ -124,8 +123,11 @@ def main() -> None:
     base = dict(engine="vllm", n=args.n, temperature=1.0, top_p=1.0, seed=0,
                 gpu_memory_utilization=args.gpu_memory_utilization)  # fmt: skip
     single = dict(base, nothink=True, max_answer_tokens=args.tokens, max_think_tokens=args.tokens)
-    worker = RolloutWorker.options(num_gpus=gpus).remote(model, single)
-    bare = BareVLLM.options(num_gpus=gpus).remote(model, args.gpu_memory_utilization, 0)
+    # both engines run inside their actors' processes, on the allocator the worker's gets
+    worker = RolloutWorker.options(**worker_options(single, num_gpus=gpus)).remote(model, single)
+    bare = BareVLLM.options(**worker_options(single, num_gpus=gpus)).remote(
+        model, args.gpu_memory_utilization, 0
+    )
     ray.get([worker.ready.remote(), bare.generate.remote([[1, 2]], [dict(max_tokens=1)])])
     its = items(args.prompts)
     ray.get(worker.generate.remote(its[:4], step=999))  # warm-up, both engines
@@ -140,7 +142,7 @@ def main() -> None:
         think = dict(
             base, nothink=False, max_think_tokens=args.tokens, max_answer_tokens=args.tokens // 4
         )
-        tw = RolloutWorker.options(num_gpus=gpus).remote(model, think)
+        tw = RolloutWorker.options(**worker_options(think, num_gpus=gpus)).remote(model, think)
         ray.get(tw.generate.remote(its[:4], step=999))
         tw_rate, tb_rate = measure(
             tw, bare, think, its, tokenizer, args.rounds, args.tokens + args.tokens // 4

@@ -171,14 +171,14 @@ def start_worker(model: Path, cfg: dict, two_nodes: bool, transport: str = "shm"
     must be another one), for ``cuda_ipc`` a share of the learner's GPU."""
     import ray
 
-    from actors.rollout import RolloutWorker
+    from actors.rollout.worker import RolloutWorker, worker_options
 
     opts: dict = {"resources": {ENGINE_NODE: 0.01}} if two_nodes else {}
     if transport == "cuda_ipc":
         opts["num_gpus"] = 0.5
     elif transport == "nccl":
         opts["num_gpus"] = 1
-    w = RolloutWorker.options(**opts).remote(str(model), cfg)
+    w = RolloutWorker.options(**worker_options(cfg, **opts)).remote(str(model), cfg)
     node = ray.get(w.info.remote())["node"]
     if two_nodes and node == ray.get_runtime_context().get_node_id():
         raise RuntimeError("the engine landed on the learner's node")

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from actors.rollout.worker import RolloutWorker
+from actors.rollout.worker import RolloutWorker, worker_options
 from cluster.placement import thread_env
 from rewards.base import is_unscorable
 from rlcs.config import RolloutConfig
@@ -114,7 +114,7 @@ def rollout_workers(
     try:
         for _ in range(count):
             workers.append(
-                RolloutWorker.options(**opts).remote(
+                RolloutWorker.options(**worker_options(rollout, **opts)).remote(
                     str(model_path), rollout.model_dump(), dtype=dtype
                 )
             )

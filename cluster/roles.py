@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.learner_group import LearnerGroup
 from actors.reward import RewardActor, RewardActorPool, options_from_config
 from actors.rollout.group import RolloutGroup
-from actors.rollout.worker import RolloutWorker
+from actors.rollout.worker import RolloutWorker, worker_options
 from actors.sampler import CurriculumSampler
 from actors.weights import make_transport
 from cluster.placement import Placement, create_placement, ray_address
@@ -71,7 +71,9 @@ def start_roles(
     if cfg.stage != "rl":
         return roles
     workers = [
-        RolloutWorker.options(**placement.options("rollout", i), max_restarts=1).remote(
+        RolloutWorker.options(
+            **worker_options(cfg.rollout, **placement.options("rollout", i)), max_restarts=1
+        ).remote(
             str(model_path), cfg.rollout.model_dump(), dtype=cfg.model.dtype, worker_index=i
         )
         for i in range(cfg.rollout.num_workers)

@@ -65,7 +65,7 @@ class RolloutGroup:
         **kwargs: Any,
     ) -> RolloutGroup:
         """Start ``num_workers`` (default ``rollout.num_workers``) workers and wait until ready."""
-        from actors.rollout.worker import RolloutWorker
+        from actors.rollout.worker import RolloutWorker, worker_options
         from rlcs.config import RolloutConfig
 
         cfg = (
@@ -73,7 +73,7 @@ class RolloutGroup:
         )
         n = num_workers or cfg.num_workers
         workers = [
-            RolloutWorker.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(
+            RolloutWorker.options(**worker_options(cfg, num_cpus=num_cpus, num_gpus=num_gpus)).remote(
                 model_path, cfg.model_dump(), worker_index=i, **kwargs
             )
             for i in range(n)

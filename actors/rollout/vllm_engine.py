@@ -1,7 +1,8 @@
 """The vLLM engine: ``vllm.LLM`` (CUDA build or CPU build), created inside the actor.
 
 Weight updates go through :class:`actors.weights.vllm_ext.WeightSyncExtension`, which runs in
-vLLM's engine process. With ``sleep_between_iterations`` on a GPU, the engine frees its
+vLLM's worker: on CPU with one engine rank, inside the rollout worker's own process (see
+``engine_kwargs``); otherwise in the engine's processes. With ``sleep_between_iterations`` on a GPU, the engine frees its
 weights and KV cache between rollouts so a colocated learner can use the memory.
 """
 
@@ -35,15 +36,18 @@ def find_tcmalloc() -> str | None:
     return None
 
 
-def preload_cpu_allocator(allocator: str = "tcmalloc") -> str | None:
-    """Put tcmalloc in ``LD_PRELOAD`` so vLLM's engine process, started next, allocates with it.
+def preload_cpu_allocator(allocator: str = "tcmalloc", in_process: bool = False) -> str | None:
+    """tcmalloc for vLLM's CPU engine; returns the library preloaded, or ``None``.
 
     vLLM CPU wants tcmalloc preloaded (its wheels can bundle one; the one on PyPI here does
     not). The allocator matters most for weight sync: vLLM's in-place reload allocates every
     layer afresh, and with glibc each large allocation is new, zero-filled pages; tcmalloc hands
-    back the pages of the previous reload (0.12 s against 0.50 s for a 137M model here). vLLM
-    starts its engine process with ``spawn`` inside a Ray actor, so the variable takes effect
-    there. Returns the library preloaded, or ``None``.
+    back the pages of the previous reload (0.12 s against 0.50 s for a 137M model here).
+
+    An engine of its own processes (tensor-parallel on CPU) is started with ``spawn``, so
+    putting the library in ``LD_PRELOAD`` here takes effect there. An engine inside this process
+    (``in_process``) needs it preloaded when the process started: ``worker_options`` gives a
+    rollout worker's actor that; without it this warns once and the engine runs on glibc's.
     """
     if allocator == "system" or torch.cuda.is_available():
         return None
@@ -58,6 +62,13 @@ def preload_cpu_allocator(allocator: str = "tcmalloc") -> str | None:
             "reloads will be about 4x slower. Install it (Debian: apt-get install "
             "libtcmalloc-minimal4) or set rollout.cpu_allocator=system to silence this.",
             ", ".join(TCMALLOC_DIRS),
+        )
+        return None
+    if in_process:
+        log.warning(
+            "rollout.cpu_allocator=tcmalloc but this process was started without it in "
+            "LD_PRELOAD (create the worker with RolloutWorker.options(**worker_options(...))); "
+            "vLLM's weight reloads will be about 4x slower."
         )
         return None
     os.environ["LD_PRELOAD"] = f"{lib}:{current}" if current else lib
@@ -89,6 +100,12 @@ def engine_kwargs(
     )
     if kv_cache_gib is not None:
         kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    if not cuda and tensor_parallel_size == 1:
+        # The engine runs inside the calling process (the rollout worker's actor): vLLM's CPU
+        # build otherwise starts an engine-core process and a worker process, each importing
+        # vLLM and torch again (about 20 s of the engine's 40 s start on two cores).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        kwargs["distributed_executor_backend"] = "uni"
     if not cuda:
         # vLLM CPU crashes ("CPU Generator does not use offset") when a request with its own
         # seed is in a partially prefilled chunk; whole prefills avoid it. That needs a token
@@ -114,20 +131,22 @@ def cpu_node_memory(node: int = 0) -> int:
     return psutil.virtual_memory().total
 
 
-def cpu_start_failure(utilization: float, kv_cache_gib: float | None = None) -> str:
-    """Why a CPU engine most often fails to start, with this machine's figures: vLLM's error is
-    printed by its engine process and names neither the setting nor the budget."""
+def cpu_start_failure(
+    utilization: float, kv_cache_gib: float | None = None, cause: str = "see its log above"
+) -> str:
+    """Why a CPU engine most often fails to start, with this machine's figures: vLLM's error
+    names neither the setting nor the budget."""
     node = cpu_node_memory() / 2**30
     if kv_cache_gib is not None:
         return (
-            f"vLLM's CPU engine did not start (its own log above has the cause). Most often it is "
+            f"vLLM's CPU engine did not start ({cause}). Most often it is "
             f"rollout.kv_cache_gib={kv_cache_gib}: vLLM reserves that much for the KV cache on "
             f"the engine's NUMA node, which has {node:.2f} GiB in all here, and refuses when "
             f"less is free. Lower it; a tiny model needs well under 1 GiB."
         )
     budget = utilization * node
     return (
-        f"vLLM's CPU engine did not start (its own log above has the cause). Most often it is "
+        f"vLLM's CPU engine did not start ({cause}). Most often it is "
         f"rollout.gpu_memory_utilization={utilization}: on CPU, vLLM gives the engine's worker "
         f"process that share of its NUMA node's memory, {budget:.2f} GiB here, and the worker "
         f"itself takes about 0.6 GiB for a small model before the KV cache gets the rest. "
@@ -182,19 +201,23 @@ class VLLMEngine:
     ):
         from vllm import LLM
 
-        preload_cpu_allocator(cpu_allocator)
         self.stop_ids = list(stop_ids)
         kwargs = engine_kwargs(
             model_path, seed, dtype, gpu_memory_utilization, tensor_parallel_size, sleep_mode,
             max_model_len, kv_cache_gib,
         )  # fmt: skip
+        in_process = kwargs.get("distributed_executor_backend") == "uni"
+        preload_cpu_allocator(cpu_allocator, in_process)
         self.sleep_mode = kwargs["enable_sleep_mode"]
         try:
             self.llm = LLM(**{**kwargs, **llm_kwargs})
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:
             if torch.cuda.is_available():
                 raise
-            raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib)) from e
+            # in-process (one CPU engine) vLLM raises its own cause here; from an engine
+            # process it raises a generic error and logs the cause
+            cause = str(e) if in_process else "see its log above"
+            raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib, cause)) from e
         self.asleep = False
         tok = self.llm.get_tokenizer()
         # what vLLM's processor adds to an image prompt's text (worked out once, not per prompt)

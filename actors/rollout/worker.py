@@ -260,6 +260,30 @@ class RolloutWorkerImpl:
         return True
 
 
+def worker_options(rollout: RolloutConfig | dict[str, Any], **options: Any) -> dict[str, Any]:
+    """Ray options of a rollout worker: ``options`` (num_cpus, num_gpus, runtime_env, ...), with
+    tcmalloc preloaded into the actor's process where it will run vLLM on CPU.
+
+    vLLM's CPU engine runs inside the worker's process (``vllm_engine.engine_kwargs``), so its
+    allocator must be in ``LD_PRELOAD`` when Ray starts that process: with tcmalloc a weight
+    reload reuses the previous reload's pages, about 4x faster than glibc's fresh ones
+    (``rollout.cpu_allocator``). The library's path is this node's; a node without it at that
+    path only warns (the loader's "cannot be preloaded") and runs on the system allocator."""
+    from actors.rollout.vllm_engine import find_tcmalloc
+
+    cfg = rollout if isinstance(rollout, RolloutConfig) else RolloutConfig.model_validate(rollout)
+    lib = find_tcmalloc()
+    on_cpu = not options.get("num_gpus")
+    if cfg.engine == "vllm" and on_cpu and cfg.cpu_allocator == "tcmalloc" and lib:
+        env = dict(options.get("runtime_env") or {})
+        env_vars = dict(env.get("env_vars") or {})
+        current = env_vars.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD", "")
+        if "tcmalloc" not in current:
+            env_vars["LD_PRELOAD"] = f"{lib}:{current}" if current else lib
+        options = {**options, "runtime_env": {**env, "env_vars": env_vars}}
+    return options
+
+
 @ray.remote(num_cpus=1)
 class RolloutWorker(RolloutWorkerImpl):
     """The Ray actor. Create with ``RolloutWorker.options(num_cpus=..., num_gpus=...).remote(

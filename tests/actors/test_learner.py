@@ -412,3 +412,31 @@ def test_export_hf_reloads_with_processor_and_same_logits(vlm_learner, tmp_path,
     assert sorted(p.name for p in Path(out).iterdir()) == before
     assert Glm4vImageTextProcessor.from_pretrained(out) is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_a_checkpoint_and_an_export_are_flushed_to_disk_before_they_are_named(
+    vlm_learner, tmp_path, monkeypatch
+):
+    """Every file of a save is fsynced while it is still under its temporary name, so a power
+    loss cannot leave files empty under a name that resume (or the curriculum's snapshot,
+    itself fsynced) points at."""
+    import os
+
+    flushed = []
+    real = os.fsync
+
+    def fsync(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    final = Path(vlm_learner.save_checkpoint(tmp_path / "ckpt", "step-1"))
+    out = Path(vlm_learner.export_hf(tmp_path / "hf"))
+    monkeypatch.undo()
+    for done, tmp in ((final, tmp_path / "ckpt" / ".tmp-step-1"), (out, tmp_path / "hf.tmp")):
+        files = [p.relative_to(done) for p in done.rglob("*") if p.is_file()]
+        assert files
+        for f in files:
+            assert str(tmp / f) in flushed, f
+    assert str(tmp_path / "ckpt" / "latest.tmp") in flushed
+

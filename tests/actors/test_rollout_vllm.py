@@ -1,10 +1,12 @@
 """RolloutWorker on the vLLM engine (vLLM's CPU build here), in a real Ray actor.
 
-One engine for the whole module (each init costs ~30 s here). Every test first pushes the
+One engine for the whole module (each init costs ~15 s here). Every test first pushes the
 weights it needs through the weight-sync transport, so tests do not depend on their order.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,14 +36,14 @@ def never_close_think(model, tokenizer) -> None:
 
 @pytest.fixture(scope="module")
 def worker(ray_local, tiny_text_model):
-    from actors.rollout import RolloutWorker
+    from actors.rollout.worker import RolloutWorker, worker_options
 
     # an explicit KV cache: on CPU a share of gpu_memory_utilization is of a NUMA node's memory
     # and includes the worker's own ~0.6 GiB, so the same share can leave nothing on a VM with
     # a smaller node (test_a_cpu_memory_setting_the_engine_cannot_start_with_is_named)
     cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
                kv_cache_gib=0.25, seed=7)  # fmt: skip
-    w = RolloutWorker.remote(str(tiny_text_model), cfg)
+    w = RolloutWorker.options(**worker_options(cfg)).remote(str(tiny_text_model), cfg)
     ray_local.get(w.ready.remote())
     yield w
     ray_local.kill(w)
@@ -161,9 +163,8 @@ def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
 
 
 def test_a_cpu_memory_setting_the_engine_cannot_start_with_is_named(ray_local, tiny_text_model):
-    """vLLM's own error sits in its engine process's log; the worker's error names the setting
-    and this machine's memory (a share that leaves the KV cache nothing: a real engine that
-    fails to start)."""
+    """The worker's error names the setting and this machine's memory beside vLLM's own cause
+    (a share that leaves the KV cache nothing: a real engine that fails to start)."""
     if torch.cuda.is_available():
         pytest.skip("the CPU engine's memory budget")
     import ray
@@ -175,6 +176,7 @@ def test_a_cpu_memory_setting_the_engine_cannot_start_with_is_named(ray_local, t
         ray_local.get(w.ready.remote())
     assert "rollout.gpu_memory_utilization=0.01" in str(err.value)
     assert "GiB here" in str(err.value)
+    assert "kv cache" in str(err.value).lower()  # vLLM's own words, from the engine in the actor
 
 
 def test_an_explicit_kv_cache_larger_than_the_node_is_named():
@@ -185,3 +187,35 @@ def test_an_explicit_kv_cache_larger_than_the_node_is_named():
     text = cpu_start_failure(0.5, kv_cache_gib=4096)
     assert "rollout.kv_cache_gib=4096" in text
     assert f"{cpu_node_memory() / 2**30:.2f} GiB in all here" in text
+
+
+def test_the_engine_runs_in_the_workers_process_on_tcmalloc(ray_local, worker):
+    """On CPU the engine is inside the actor (no engine processes of its own to start), and
+    ``worker_options`` gave that process tcmalloc from its start (rollout.cpu_allocator)."""
+    import psutil
+
+    from actors.rollout.vllm_engine import find_tcmalloc
+
+    pid = ray_local.get(worker.info.remote())["pid"]
+    proc = psutil.Process(pid)
+    assert not [c for c in proc.children(recursive=True) if c.is_running()], "engine processes"
+    if find_tcmalloc() is None:
+        pytest.skip("no tcmalloc installed (Debian: libtcmalloc-minimal4)")
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert "tcmalloc" in maps
+
+
+def test_worker_options_preload_tcmalloc_only_for_vllm_on_cpu():
+    from actors.rollout.vllm_engine import find_tcmalloc
+    from actors.rollout.worker import worker_options
+
+    if find_tcmalloc() is None:
+        pytest.skip("no tcmalloc installed (Debian: libtcmalloc-minimal4)")
+    base = {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "2"}}, "num_cpus": 1}
+    opts = worker_options({"engine": "vllm"}, **base)
+    assert opts["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "2"
+    assert "tcmalloc" in opts["runtime_env"]["env_vars"]["LD_PRELOAD"]
+    assert base["runtime_env"]["env_vars"] == {"OMP_NUM_THREADS": "2"}  # not changed in place
+    assert worker_options({"engine": "hf"}, **base) == base
+    assert worker_options({"engine": "vllm", "cpu_allocator": "system"}, **base) == base
+    assert worker_options({"engine": "vllm"}, num_gpus=1) == {"num_gpus": 1}
