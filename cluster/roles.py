@@ -73,9 +73,7 @@ def start_roles(
     workers = [
         RolloutWorker.options(
             **worker_options(cfg.rollout, **placement.options("rollout", i)), max_restarts=1
-        ).remote(
-            str(model_path), cfg.rollout.model_dump(), dtype=cfg.model.dtype, worker_index=i
-        )
+        ).remote(str(model_path), cfg.rollout.model_dump(), dtype=cfg.model.dtype, worker_index=i)
         for i in range(cfg.rollout.num_workers)
     ]
     roles.rewards = RewardActorPool(

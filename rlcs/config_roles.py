@@ -57,9 +57,10 @@ class RolloutConfig(Section):
     )
     cpu_allocator: Literal["tcmalloc", "system"] = Field(
         "tcmalloc",
-        description="vLLM CPU engine's malloc: tcmalloc (Debian libtcmalloc-minimal4) reuses "
-        "freed pages, which makes a weight reload about 4x faster; falls back to the system's "
-        "with a warning when not installed. Ignored on GPU hosts and by the hf engine.",
+        description="vLLM CPU engine's malloc: tcmalloc (Debian libtcmalloc-minimal4), "
+        "preloaded into the rollout worker's process, reuses freed pages, which makes a weight "
+        "reload about 4x faster; falls back to the system's with a warning when not installed. "
+        "Ignored on GPU hosts and by the hf engine.",
     )
 
     @field_validator("temperature")

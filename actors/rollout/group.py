@@ -73,9 +73,9 @@ class RolloutGroup:
         )
         n = num_workers or cfg.num_workers
         workers = [
-            RolloutWorker.options(**worker_options(cfg, num_cpus=num_cpus, num_gpus=num_gpus)).remote(
-                model_path, cfg.model_dump(), worker_index=i, **kwargs
-            )
+            RolloutWorker.options(
+                **worker_options(cfg, num_cpus=num_cpus, num_gpus=num_gpus)
+            ).remote(model_path, cfg.model_dump(), worker_index=i, **kwargs)
             for i in range(n)
         ]
         ray.get([w.ready.remote() for w in workers])

@@ -1,9 +1,10 @@
 """The vLLM engine: ``vllm.LLM`` (CUDA build or CPU build), created inside the actor.
 
 Weight updates go through :class:`actors.weights.vllm_ext.WeightSyncExtension`, which runs in
-vLLM's worker: on CPU with one engine rank, inside the rollout worker's own process (see
-``engine_kwargs``); otherwise in the engine's processes. With ``sleep_between_iterations`` on a GPU, the engine frees its
-weights and KV cache between rollouts so a colocated learner can use the memory.
+vLLM's worker: on CPU with one engine rank inside the rollout worker's own process (see
+``engine_kwargs``), otherwise in the engine's processes. With ``sleep_between_iterations`` on a
+GPU, the engine frees its weights and KV cache between rollouts so a colocated learner can use
+the memory.
 """
 
 from __future__ import annotations
@@ -217,7 +218,9 @@ class VLLMEngine:
             # in-process (one CPU engine) vLLM raises its own cause here; from an engine
             # process it raises a generic error and logs the cause
             cause = str(e) if in_process else "see its log above"
-            raise RuntimeError(cpu_start_failure(gpu_memory_utilization, kv_cache_gib, cause)) from e
+            raise RuntimeError(
+                cpu_start_failure(gpu_memory_utilization, kv_cache_gib, cause)
+            ) from e
         self.asleep = False
         tok = self.llm.get_tokenizer()
         # what vLLM's processor adds to an image prompt's text (worked out once, not per prompt)

@@ -439,4 +439,3 @@ def test_a_checkpoint_and_an_export_are_flushed_to_disk_before_they_are_named(
         for f in files:
             assert str(tmp / f) in flushed, f
     assert str(tmp_path / "ckpt" / "latest.tmp") in flushed
-
