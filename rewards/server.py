@@ -150,10 +150,20 @@ class _Gate:
             return
         path = scope["path"] if scope["path"] in ROUTES else "other"
         start, status = time.perf_counter(), [500]
+        body, held = b"", []
 
         async def send_status(message: dict) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                if status[0] == 400:  # held until its body shows whether it is FastAPI's
+                    held.append(message)
+                    return
+            elif held:
+                head = held.pop()
+                if message.get("body") == _GENERIC_PARSE_ERROR and (why := _parse_problem(body)):
+                    await JSONResponse({"detail": why}, status_code=400)(scope, receive, send)
+                    return
+                await send(head)
             await send(message)
 
         try:
@@ -231,6 +241,26 @@ def _not_json(content_type: str) -> str | None:
     media = content_type.split(";", 1)[0].strip().lower()
     subtype = media.rpartition("/")[2]
     return None if not media or subtype == "json" or subtype.endswith("+json") else media
+
+
+#: FastAPI's whole answer to a body its JSON parser raised on, which says nothing of why
+_GENERIC_PARSE_ERROR = b'{"detail":"There was an error parsing the body"}'
+
+
+def _parse_problem(body: bytes) -> str | None:
+    """Why ``json.loads`` cannot read ``body``, where FastAPI answers only with the generic
+    message above: an integer longer than Python converts, or nesting deeper than its stack."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return "request body is nested too deeply for the JSON parser; send flatter JSON"
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            return (
+                f"request body holds an integer of more than {sys.get_int_max_str_digits()} "
+                "digits, which JSON parsing refuses; send such a value as a string"
+            )
+    return None
 
 
 def _not_text(body: bytes) -> Response | None:

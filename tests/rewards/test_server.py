@@ -351,6 +351,24 @@ def test_a_body_that_is_not_utf8_gets_400_naming_the_byte(server):
     assert 'rlcs_reward_requests_total{code="400",path="/v1/score"}' in server.get("/metrics").text
 
 
+def test_json_the_parser_refuses_gets_400_saying_why(server):
+    """An integer past Python's digit limit and nesting past its stack: FastAPI's answer to
+    both is "There was an error parsing the body"; the server's says what to change."""
+    head = '{"domain": "math", "response": "x", "answer": '
+    for body, why in (
+        (head + "9" * 5000 + "}", "integer of more than 4300 digits"),
+        (head + '"1", "options": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ):
+        r = server.post("/v1/score", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and why in r.json()["detail"], r.text
+    # other 400s pass through as they were
+    r = server.post(
+        "/v1/score", content=b'{"a": "\xe9"}', headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and "not valid UTF-8" in r.json()["detail"]
+    assert server.get("/healthz").json()["status"] == "ok"
+
+
 def test_a_polynomial_too_large_for_floats_is_not_equal_to_every_answer(server):
     # evaluated at the probe points, the product overflows a float; inf compared with inf once
     # made it "equal" to any ground truth at all
