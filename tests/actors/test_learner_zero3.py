@@ -80,9 +80,10 @@ def test_zero3_export_loads_in_transformers_and_vllm(zero3_learner, tmp_path):
     hf_lp = torch.log_softmax(hf, -1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
     vllm = pytest.importorskip("vllm")
-    from actors.rollout.vllm_engine import engine_kwargs
-
-    llm = vllm.LLM(**engine_kwargs(out, max_model_len=256))
+    # in vLLM's own processes: an engine inside this process would set up torch.distributed
+    # beside the in-process learners of the tests after this one, and take it down with it
+    llm = vllm.LLM(model=out, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256,
+                   enforce_eager=True, seed=0, distributed_executor_backend="mp")  # fmt: skip
     params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
     result = llm.generate([{"prompt_token_ids": ids}], params)[0]
     vllm_lp = [next(iter(d.values())).logprob for d in result.prompt_logprobs[1:]]
