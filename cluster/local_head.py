@@ -32,7 +32,20 @@ class LocalHead:
         if working_dir:
             cmd += ["--working-dir", working_dir]
         cmd += ["--", *entrypoint]
-        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        deadline = time.monotonic() + 60
+        while True:
+            r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+            # the head answers before its job agent has registered, on a busy machine: the job
+            # was refused, not started, so it is sent again
+            if r.returncode == 0 or NO_AGENT not in r.stdout + r.stderr:
+                return r
+            if time.monotonic() > deadline:
+                return r
+            time.sleep(2)
+
+
+#: Ray's answer to a job submitted before the head's job agent is up ("please try again later")
+NO_AGENT = "No available agent to submit job"
 
 
 def ray_cli() -> str:
