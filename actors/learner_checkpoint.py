@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rlcs.curriculum.snapshot import fsync_path
+
 _DS_TAG = "state"
 
 
@@ -52,20 +54,8 @@ def fsync_tree(path: str | Path) -> None:
     """Flush every file under ``path``, and the folders that name them, to the disk."""
     for folder, _, files in os.walk(path):
         for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(folder)
-
-
-def fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_path(os.path.join(folder, name))
+        fsync_path(folder)
 
 
 def save(engine: Any, root: str | Path, tag: str, rank: int, data_state: Any = None) -> Path:
@@ -93,7 +83,7 @@ def save(engine: Any, root: str | Path, tag: str, rank: int, data_state: Any = N
             f.flush()
             os.fsync(f.fileno())
         os.replace(latest_tmp, root / "latest")
-        fsync_dir(root)
+        fsync_path(root)
     _barrier()
     return final
 

@@ -49,7 +49,8 @@ def corrupt(snap: Path, problem: str) -> CorruptSnapshotError:
     )
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: str | Path) -> None:
+    """Flush a file, or a folder's entries, to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -78,14 +79,14 @@ def write_snapshot(
     for key, value in arrays.items():
         _write_file(tmp / f"{key}.npy", lambda f, v=value: np.save(f, v, allow_pickle=False))
     _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
-    _fsync_dir(tmp)
+    fsync_path(tmp)
     final = folder / name
     os.rename(tmp, final)
-    _fsync_dir(folder)
+    fsync_path(folder)
     pointer = folder / f".{LATEST}.tmp"
     _write_file(pointer, lambda f: f.write(name.encode()))
     os.replace(pointer, folder / LATEST)
-    _fsync_dir(folder)
+    fsync_path(folder)
     for old in sorted(folder.glob(f"{PREFIX}*"))[:-keep]:
         if old.name != name:
             shutil.rmtree(old, ignore_errors=True)
