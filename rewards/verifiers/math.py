@@ -257,6 +257,26 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     return False
 
 
+def _imaginary_unit(expr: sympy.Basic) -> sympy.Basic | None:
+    """``expr`` with its free ``i`` as the imaginary unit, or None if it has no free ``i``."""
+    table = {s: sympy.I for s in expr.free_symbols if s.name == "i"}
+    return expr.subs(table) if table else None
+
+
+def _equal_as_complex(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
+    """Whether two answers that differ with ``i`` as a variable are equal with ``i`` as the
+    imaginary unit (``\\frac{1}{1+i}`` and ``\\frac{1-i}{2}``, ``i^2`` and ``-1``). Only a
+    second reading: an answer that is equal with ``i`` as a variable stays equal, and one that
+    is undefined as a complex number (``\\frac{1}{i^2+1}``) is unequal, not an error."""
+    ca, cb = _imaginary_unit(a), _imaginary_unit(b)
+    if ca is None and cb is None:
+        return False
+    try:
+        return equal(a if ca is None else ca, b if cb is None else cb, rel_tol)
+    except (mp.MathParseError, ValueError, TypeError, ArithmeticError):
+        return False
+
+
 def truth_type_problem(answer: Any) -> str | None:
     """Why ``answer`` is not a math ground truth (a string or a number), or None. ``str`` of
     an object, a list or a boolean (``{'ans': '5'}``, ``True``) is no answer a model could
@@ -333,6 +353,7 @@ class MathVerifier(Verifier):
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
         if _is_word(gt) and _letters_only(pred):  # BAC is not ABC, as a product would be
             return Verdict(float(pred.replace(" ", "") == gt.replace(" ", "")))
+        gt = mp.scale_words(gt)
         if mp.fast_number(gt) is not None:
             pred = mp.strip_unit_words(pred)
         fast = _fast_equal(pred, gt, rel_tol)
@@ -347,7 +368,7 @@ class MathVerifier(Verifier):
         except mp.MathParseError as e:
             return Verdict(0.0, "parse", str(e))
         try:
-            return Verdict(float(equal(p, g, rel_tol)))
+            return Verdict(float(equal(p, g, rel_tol) or _equal_as_complex(p, g, rel_tol)))
         except Undecided as e:
             return Verdict(0.0, "parse", str(e))
         except OverflowError:  # mpmath's working precision of a value too large to evaluate

@@ -63,7 +63,12 @@ _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 _FRAC = re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
 _SLASH = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
 _MIXED = re.compile(r"^([+-]?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}$")  # 1\frac{1}{2} = 3/2
-_UNIT_WORDS = re.compile(r"^(\S+)\s+[A-Za-z]+(?:\^?\d)?(?:\s*/\s*[A-Za-z]+)?\.?$")  # 5 cm, 3 m/s
+_UNIT_WORDS = re.compile(r"^(\S+)\s+([A-Za-z]+)(?:\^?\d)?(?:\s*/\s*[A-Za-z]+)?\.?$")  # 5 cm, 3 m/s
+#: words after a number that scale it (``2.5 million`` is 2500000): no unit to drop
+_SCALE_WORDS = {"hundred": 10**2, "thousand": 10**3, "million": 10**6, "billion": 10**9,
+                "trillion": 10**12}  # fmt: skip
+#: letters after a number that are variables, never units: ``3 x`` is not ``3``
+_VARIABLES = frozenset("xyz")
 #: e-notation whose exponent has five or more digits (10^10000 and up): ``Fraction`` would
 #: compute the power exactly, which takes minutes for ``1e999999999``
 _HUGE_E = re.compile(r"\d\.?[eE][+-]?0*\d{5}")
@@ -73,7 +78,11 @@ _SCI = re.compile(
 _MATRIX_MAKER = re.compile(r"\\operatorname\{(?:zeros|ones|eye)\}")
 _MATRIX_SIZE = re.compile(r"\((\d+)(?:,(\d+))?\)|\{(\d+)\}|(\d+)")
 _SQRT_CALL = re.compile(r"\bsqrt\s*\(")
-_SHORT_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
+#: ``\\frac12``, ``\\frac1i``, ``\\frac ab``: TeX takes one token (a digit or a letter) or one
+#: group for each argument (``\\fracab`` would be a command of its own)
+_SHORT_FRAC = re.compile(
+    r"\\frac(?![A-Za-z])\s*(\d|[A-Za-z]|\{[^{}]*\})\s*(\d|[A-Za-z]|\{[^{}]*\})"
+)
 _SHORT_SQRT = re.compile(r"\\sqrt\s*(\d|[A-Za-z](?![A-Za-z]))")
 _ESCAPED_SPACE = re.compile(r"(?<!\\)\\ ")
 _PLAIN_WORDS = (
@@ -184,12 +193,36 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
     return None
 
 
+def scale_words(text: str) -> str:
+    """``2.5 million`` -> ``2500000``; any other text as it is (for ground truths, whose
+    other words are kept)."""
+    m = _UNIT_WORDS.match(text)
+    if m and m.group(2).lower().removesuffix("s") in _SCALE_WORDS:
+        return strip_unit_words(text)
+    return text
+
+
 def strip_unit_words(pred: str) -> str:
-    """``5 cm`` -> ``5`` when what precedes the words is a plain number."""
+    """``5 cm`` -> ``5`` when what precedes the words is a plain number; a scale word
+    multiplies instead (``2.5 million`` -> ``2500000``, ``3 thousand`` -> ``3000``), and a
+    lone ``x``, ``y`` or ``z`` is a variable, kept (``3 x`` stays a product)."""
     m = _UNIT_WORDS.match(pred)
-    if m and fast_number(m.group(1)) is not None:
+    if not m or m.group(2) in _VARIABLES:
+        return pred
+    number = fast_number(m.group(1))
+    if number is None:
+        return pred
+    word = m.group(2).lower()
+    scale = _SCALE_WORDS.get(word, _SCALE_WORDS.get(word.removesuffix("s")))
+    if scale is None:
         return m.group(1)
-    return pred
+    value, percent = number
+    if percent or m.end(2) != len(pred):
+        return pred  # 5% million, 2 million^2, 2 million/s: no plain number
+    value *= scale
+    return (
+        str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    )
 
 
 def check_size(s: str) -> None:
