@@ -9,10 +9,8 @@ whole step, so the update is the same however the step is split over ranks and m
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor, reference_config
 from actors.learner_batches import RankStep, prepare_step
 from actors.learner_model import (
-    checkpoint_layout,
     freeze_parameters,
     load_hf_model,
     load_processors,
@@ -341,44 +338,15 @@ class Learner:
         return state
 
     def _optimizer_settings_from_config(self) -> None:
-        """The config's learning rates and weight decay, over those a checkpoint restores (the
-        optimizer's parameter groups and the schedule's base rates are saved with it): a
-        resumed run may change them, from the step it resumes at on its own schedule."""
-        sched = self.engine.lr_scheduler
-        groups = sched.optimizer.param_groups
-        if len(groups) != len(self.base_lrs):
-            raise RuntimeError(
-                f"the checkpoint's optimizer has {len(groups)} parameter groups and this config "
-                f"{len(self.base_lrs)} (learner.lr_groups changed how parameters are grouped)"
-            )
-        sched.base_lrs = list(self.base_lrs)
-        wd = self.config.learner.weight_decay
-        for g, base, factor in zip(groups, self.base_lrs, sched.lr_lambdas, strict=True):
-            g["initial_lr"], g["lr"], g["weight_decay"] = base, base * factor(sched.last_epoch), wd
-        sched._last_lr = [g["lr"] for g in groups]
+        ckpt.apply_optimizer_settings(
+            self.engine.lr_scheduler, self.base_lrs, self.config.learner.weight_decay
+        )
 
     def named_weights(self, as_saved: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
-        """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,
-        copied and released before the next, so the full model is never materialised. With
-        ``as_saved``, in the layout of a saved checkpoint (``checkpoint_layout``)."""
-        import deepspeed
-
+        """HF-named parameters, one module at a time, the full model never materialised
+        under ZeRO-3 (``learner_checkpoint.module_weights``)."""
         zero3 = self.config.learner.zero_stage == 3
-        seen: set[int] = set()
-        for mod_name, mod in self.engine.module.named_modules():
-            params = [(n, p) for n, p in mod.named_parameters(recurse=False) if id(p) not in seen]
-            if not params:
-                continue
-            seen.update(id(p) for _, p in params)
-            ctx = (
-                deepspeed.zero.GatheredParameters([p for _, p in params])
-                if zero3
-                else nullcontext()
-            )
-            with ctx:
-                named = [((f"{mod_name}.{n}" if mod_name else n),
-                          p.detach().clone() if zero3 else p.detach()) for n, p in params]  # fmt: skip
-                yield from checkpoint_layout(self.engine.module, named) if as_saved else named
+        return ckpt.module_weights(self.engine.module, zero3, as_saved)
 
     def named_weights_list(self) -> list[tuple[str, torch.Tensor]]:
         """All weights as CPU copies (a collective under ZeRO-3): for tests and small models."""
@@ -403,23 +371,7 @@ class Learner:
                 state[name] = t.detach().to("cpu", torch.float32, copy=True)
         if self.rank != 0:
             return None
-        import shutil
-
-        out = Path(out_dir)
-        tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
-        # What an interrupted export left is discarded, so nothing of it is carried over; the
-        # model in `out` is replaced by a rename and removed only after, so a kill at any point
-        # leaves the old model or the new one there, whole, never one partly deleted.
-        for stale in (tmp, old):
-            shutil.rmtree(stale, ignore_errors=True)
-        self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-        ckpt.copy_tokenizer_files(self.model_path, tmp)
-        ckpt.fsync_tree(tmp)
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-        return str(out)
+        return str(ckpt.write_hf_export(self.engine.module, state, self.model_path, out_dir))
 
     def record_optimizer_grads(self) -> None:
         """Snapshot the gradients the optimizer applies at the next step (after reduction

@@ -1,4 +1,5 @@
-"""Learner checkpoints that resume exactly, and the HF export.
+"""Learner checkpoints that resume exactly, the model's weights module by module (for weight
+pushes and the HF export), and the HF export itself.
 
 A checkpoint is ``CKPT_ROOT/<tag>/`` holding DeepSpeed's state (model, optimizer, LR scheduler),
 one RNG file per rank, and the driver's data/sampler position. All ranks write into
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from actors.learner_model import checkpoint_layout
 from rlcs.curriculum.snapshot import fsync_path
 
 _DS_TAG = "state"
@@ -125,3 +129,64 @@ def copy_tokenizer_files(src: str | Path, dst: str | Path) -> None:
                  "video_preprocessor_config.json", "chat_template.jinja"):  # fmt: skip
         if (src / name).is_file() and not (dst / name).exists():
             shutil.copy2(src / name, dst / name)
+
+
+def apply_optimizer_settings(scheduler: Any, base_lrs: list[float], weight_decay: float) -> None:
+    """The config's learning rates and weight decay, over those a checkpoint restores (the
+    optimizer's parameter groups and the schedule's base rates are saved with it): a resumed
+    run may change them, from the step it resumes at on its own schedule."""
+    groups = scheduler.optimizer.param_groups
+    if len(groups) != len(base_lrs):
+        raise RuntimeError(
+            f"the checkpoint's optimizer has {len(groups)} parameter groups and this config "
+            f"{len(base_lrs)} (learner.lr_groups changed how parameters are grouped)"
+        )
+    scheduler.base_lrs = list(base_lrs)
+    for g, base, factor in zip(groups, base_lrs, scheduler.lr_lambdas, strict=True):
+        g["initial_lr"], g["lr"] = base, base * factor(scheduler.last_epoch)
+        g["weight_decay"] = weight_decay
+    scheduler._last_lr = [g["lr"] for g in groups]
+
+
+def module_weights(
+    module: Any, zero3: bool, as_saved: bool = False
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,
+    copied and released before the next (a collective: every rank iterates), so the full
+    model is never materialised. With ``as_saved``, in the layout of a saved checkpoint
+    (``learner_model.checkpoint_layout``)."""
+    import deepspeed
+
+    seen: set[int] = set()
+    for mod_name, mod in module.named_modules():
+        params = [(n, p) for n, p in mod.named_parameters(recurse=False) if id(p) not in seen]
+        if not params:
+            continue
+        seen.update(id(p) for _, p in params)
+        ctx = deepspeed.zero.GatheredParameters([p for _, p in params]) if zero3 else nullcontext()
+        with ctx:
+            named = [((f"{mod_name}.{n}" if mod_name else n),
+                      p.detach().clone() if zero3 else p.detach()) for n, p in params]  # fmt: skip
+            yield from checkpoint_layout(module, named) if as_saved else named
+
+
+def write_hf_export(
+    module: Any, state: dict[str, torch.Tensor], model_path: str | Path, out_dir: str | Path
+) -> Path:
+    """``save_pretrained`` of ``state`` with the source model's tokenizer and processor, into
+    ``out_dir``, replaced whole. What an interrupted export left is discarded, so nothing of it
+    is carried over; the model in ``out_dir`` is replaced by a rename and removed only after,
+    so a kill at any point leaves the old model or the new one there, whole, never one partly
+    deleted."""
+    out = Path(out_dir)
+    tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    copy_tokenizer_files(model_path, tmp)
+    fsync_tree(tmp)
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out

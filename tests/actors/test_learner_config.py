@@ -67,3 +67,26 @@ def test_images_for_a_model_without_a_vision_tower_stop_with_a_clear_message(sha
     assert encode_images(None, [1, 2], []) is None  # text documents need no processor
     with pytest.raises(ValueError, match="has images but the model takes none"):
         encode_images(None, [1, 2], [shapes_image])
+
+
+def test_a_resumed_schedule_takes_the_configs_rates_and_weight_decay_at_its_step():
+    """A checkpoint restores the optimizer's groups and the schedule's base rates; a resumed
+    run applies its own config's rates over them, at the step it resumes from."""
+    import torch
+
+    from actors.learner_checkpoint import apply_optimizer_settings
+
+    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))]
+    opt = torch.optim.AdamW([{"params": params[:1]}, {"params": params[1:]}], lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+    for _ in range(3):
+        opt.step()
+        sched.step()
+    apply_optimizer_settings(sched, [2e-5, 2e-6], weight_decay=0.1)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([2e-5 / 4, 2e-6 / 4])
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.1]
+    assert sched.get_last_lr() == pytest.approx([2e-5 / 4, 2e-6 / 4])
+    sched.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([2e-5 / 5, 2e-6 / 5])
+    with pytest.raises(RuntimeError, match="2 parameter groups and this config 1"):
+        apply_optimizer_settings(sched, [2e-5], weight_decay=0.1)
