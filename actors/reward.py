@@ -57,6 +57,8 @@ def options_from_config(cfg: Any) -> dict[str, Any]:
         "rel_tol": cfg.math_rel_tol,
         "iou_threshold": cfg.iou_threshold,
         "partial_credit": cfg.gui_partial_credit,
+        "max_repetition": cfg.max_repetition,
+        "max_language_mix": cfg.max_language_mix,
     }
 
 

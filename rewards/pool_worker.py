@@ -12,7 +12,7 @@ import multiprocessing as mp
 import time
 from typing import Any
 
-from rewards import registry
+from rewards import degenerate, registry
 from rewards.extract import FormatError, extract
 from rewards.registry import BUILTIN
 
@@ -36,18 +36,21 @@ def run_one(
     path: str, extracted: str | None, answer: Any, options: dict, gate: tuple | None = None
 ) -> Outcome:
     """Verify one task, turning every failure into an outcome. ``gate`` is
-    ``(response, format, max_answer_chars)`` for responses too large to gate in the caller:
-    the format gate then runs here, under the time limit, and the outcome carries the extracted
-    text as a fourth element."""
+    ``(response, format, max_answer_chars, limits)`` for responses too large to gate in the
+    caller: the format gate (with the degenerate-thinking check and its ``limits``) then runs
+    here, under the time limit, and the outcome carries the extracted text as a fourth
+    element."""
     if gate is None:
         return _verify(path, extracted, answer, options)
-    response, fmt, max_chars = gate
+    response, fmt, max_chars, limits = gate
     try:
         extracted = extract(response, fmt)
     except FormatError as e:
         return 0.0, "format", str(e), None
     if len(extracted) > max_chars:
         return 0.0, "parse", f"answer longer than {max_chars} characters", None
+    if fmt == "glm" and (problem := degenerate.problem(response, limits)):
+        return 0.0, "format", problem, extracted
     return (*_verify(path, extracted, answer, options), extracted)
 
 

@@ -28,7 +28,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from rewards import registry
+from rewards import degenerate, registry
 from rewards.base import ScoreResult
 from rewards.extract import FORMATS, FormatError, cheap_to_gate, extract
 from rewards.pool import WorkerPool
@@ -108,6 +108,8 @@ _NUMBER_OPTIONS = {
     "rel_tol": (0.0, None, False),
     "iou_threshold": (0.0, 1.0, True),  # IoU > 1 never holds, IoU > -0.1 always
     "point_radius": (0.0, None, False),
+    "max_repetition": (0.0, 1.0, False),
+    "max_language_mix": (0.0, 1.0, False),
 }
 _BOOL_OPTIONS = ("partial_credit", "penalize_extra_boxes")
 
@@ -129,7 +131,10 @@ def option_problem(options: Mapping[str, Any]) -> str | None:
             or number < low
             or (high is not None and (number >= high if high_open else number > high))
         ):
-            above = f"from {low:g} to below {high:g}" if high_open else f"of at least {low:g}"
+            if high is None:
+                above = f"of at least {low:g}"
+            else:
+                above = f"from {low:g} to {'below ' if high_open else ''}{high:g}"
             return f"option {name!r} must be a number {above}, got {_short(value)}"
     for name in _BOOL_OPTIONS:
         if name in options and not isinstance(options[name], bool):
@@ -287,6 +292,7 @@ class RewardScorer:
                 self._set(plan, i, ScoreResult(0.0, False, None, "request", problem, domain))
                 continue
             fmt = opts.pop("format")
+            limits = {k: opts.pop(k) for k in degenerate.OPTIONS if k in opts}
             if answer is None and verifier.needs_answer:
                 problem = "no ground truth (answer is null)"
             else:
@@ -301,7 +307,7 @@ class RewardScorer:
                 plan.waiting[key] = [i]
                 plan.info[key] = (domain, None)
                 plan.tasks.append(
-                    (path, None, answer, opts, (response, fmt, self.max_answer_chars))
+                    (path, None, answer, opts, (response, fmt, self.max_answer_chars, limits))
                 )
                 plan.bounded.append(False)
                 continue
@@ -313,6 +319,9 @@ class RewardScorer:
             if len(extracted) > self.max_answer_chars:
                 detail = f"answer longer than {self.max_answer_chars} characters"
                 self._set(plan, i, ScoreResult(0.0, True, None, "parse", detail, domain))
+                continue
+            if fmt == "glm" and (detail := degenerate.problem(response, limits)):
+                self._set(plan, i, ScoreResult(0.0, False, extracted, "format", detail, domain))
                 continue
             key: Hashable = (_UNCACHED, i)
             if verifier.cacheable:

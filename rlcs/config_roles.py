@@ -82,6 +82,21 @@ class RewardConfig(Section):
     math_rel_tol: float = Field(1e-6, ge=0.0)
     iou_threshold: float = Field(0.5, gt=0.0, lt=1.0)
     gui_partial_credit: bool = False
+    max_repetition: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="glm format: thinking whose 4-word phrases repeat earlier ones in more than "
+        "this share is degenerate (scored 0, a format error); 1 turns the check off.",
+    )
+    max_language_mix: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="glm format: thinking with more than this share of its words outside its "
+        "main script (Latin, CJK, ...) is degenerate (scored 0, a format error); 1 turns the "
+        "check off.",
+    )
     custom_domains: dict[str, str] = Field(
         default_factory=dict, description="domain -> 'module:Verifier' import path."
     )

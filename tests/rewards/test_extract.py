@@ -78,7 +78,8 @@ def test_format_failure_is_reward_zero_with_reason(scorer):
 def test_a_megabyte_response_is_gated_quickly(scorer):
     import time
 
-    big = "<think>" + "blah " * 200_000 + "</think><answer>" + BOX.format("4") + "</answer>"
+    think = " ".join(f"blah {k}" for k in range(100_000))  # varied: a loop would be degenerate
+    big = "<think>" + think + "</think><answer>" + BOX.format("4") + "</answer>"
     start = time.monotonic()
     res = scorer.score("math", big, "4")
     assert res.reward == 1.0

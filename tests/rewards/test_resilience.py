@@ -177,7 +177,8 @@ def test_register_a_domain_by_import_path(scorer):
 
 
 def test_large_responses_keep_their_verdicts_wherever_they_are_gated(scorer):
-    think = "<think>" + "long reasoning " * 10_000 + "</think>"
+    # long but not a loop: a repetition loop would be scored 0 as degenerate thinking
+    think = "<think>" + " ".join(f"step {k} of the reasoning" for k in range(30_000)) + "</think>"
     good = think + "<answer><|begin_of_box|>\\frac{1}{2}<|end_of_box|></answer>"
     no_box = think + "<answer>1/2</answer>"
     results = scorer.score_batch([("math", good, "0.5"), ("math", no_box, "0.5")])
@@ -222,7 +223,9 @@ def test_malformed_items_are_request_errors_not_exceptions(scorer):
 
 def test_a_large_response_full_of_angle_brackets_is_gated_in_a_worker(scorer):
     soup = (
-        "<think>" + "a < b " * 20_000 + "</think><answer><|begin_of_box|>5<|end_of_box|></answer>"
+        "<think>"
+        + " ".join(f"a{k} < b" for k in range(20_000))
+        + "</think><answer><|begin_of_box|>5<|end_of_box|></answer>"
     )
     start = time.monotonic()
     res = scorer.score("math", soup, "5")
