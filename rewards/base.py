@@ -83,6 +83,29 @@ class Verifier(ABC):
         """Score ``extracted`` against ``answer``; raise nothing the caller must handle."""
 
 
+def text_truth_problem(answer: Any, accepts_list: bool = False) -> str | None:
+    """Why ``answer`` is no ground truth for a verifier that compares text: a string or a
+    number is one (with ``accepts_list``, so is a non-empty list of them, the accepted
+    answers); an object, a boolean or NaN (a missing value) would be compared as its
+    ``str()``, a silent 0 at every draw (or a 1 for a model that writes ``True``)."""
+    if accepts_list and isinstance(answer, (list, tuple)):
+        if not answer:
+            return "ground truth: an empty list of accepted answers"
+        for a in answer:
+            if problem := text_truth_problem(a):
+                return problem.replace("expected", "expected in the list", 1)
+        return None
+    if isinstance(answer, float) and answer != answer:
+        return "ground truth: NaN is a missing value, not an answer"
+    if isinstance(answer, str) or (
+        isinstance(answer, (int, float)) and not isinstance(answer, bool)
+    ):
+        return None
+    kind = "a boolean" if isinstance(answer, bool) else f"a {type(answer).__name__}"
+    what = "a string or a number" + (", or a list of them," if accepts_list else "")
+    return f"ground truth: {what} is expected, got {kind}"
+
+
 def _freeze(value: Any) -> Hashable:
     """A hashable, order-stable stand-in for JSON-like ground truth (lists, dicts)."""
     if isinstance(value, dict):

@@ -15,7 +15,7 @@ from typing import Any
 
 import Levenshtein
 
-from rewards.base import Verdict, Verifier
+from rewards.base import Verdict, Verifier, text_truth_problem
 
 #: the format characters (Cf), for ``str.translate`` to delete. Unicode places them in planes
 #: 0, 1 and 14 only (2 and 3 hold ideographs, 15 and 16 private use): scanning those takes
@@ -40,7 +40,12 @@ class OCRVerifier(Verifier):
     def bounded(self, extracted: str, answer: Any) -> bool:
         return len(extracted) * len(str(answer)) <= 4_000_000
 
+    def check_answer(self, answer: Any) -> str | None:
+        return text_truth_problem(answer)
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        if problem := text_truth_problem(answer):
+            return Verdict(0.0, "answer", problem)
         a, g = _squash(extracted), _squash(str(answer))
         longest = max(len(a), len(g))
         if longest == 0:

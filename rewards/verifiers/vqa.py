@@ -12,7 +12,7 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from rewards.base import Verdict, Verifier
+from rewards.base import Verdict, Verifier, text_truth_problem
 
 _NUMBER_WORDS = {
     w: str(i)
@@ -101,7 +101,12 @@ class VQAVerifier(Verifier):
     def bounded(self, extracted: str, answer: Any) -> bool:
         return len(extracted) <= 1024 and len(str(answer)) <= 2048
 
+    def check_answer(self, answer: Any) -> str | None:
+        return text_truth_problem(answer, accepts_list=True)
+
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
+        if problem := text_truth_problem(answer, accepts_list=True):
+            return Verdict(0.0, "answer", problem)
         if len(extracted) > MAX_CHARS:
             return Verdict(0.0, "parse", f"answer longer than {MAX_CHARS} characters")
         for gt in _accepted(answer):

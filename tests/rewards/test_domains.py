@@ -265,6 +265,16 @@ def test_vqa(pred, gt, reward):
         ("math", "3", None),  # math truths are parsed at scoring time only (not cheap)
         ("math", None, "no ground truth (answer is null)"),
         ("ocr", "x" * 70_000, "ground truth longer than 65536 characters"),
+        # text verifiers compared str() of anything: a silent 0 at every draw
+        ("ocr", "Exit 42", None),
+        ("ocr", 1234, None),
+        ("ocr", ["Exit"], "ground truth: a string or a number is expected, got a list"),
+        ("ocr", True, "ground truth: a string or a number is expected, got a boolean"),
+        ("ocr", float("nan"), "ground truth: NaN is a missing value, not an answer"),
+        ("vqa", ["three", 3], None),
+        ("vqa", {"answer": "yes"}, "ground truth: a string or a number, or a list of them, is"),
+        ("vqa", [], "ground truth: an empty list of accepted answers"),
+        ("vqa", ["yes", None], "ground truth: a string or a number is expected in the list, "),
         ("astrology", "Leo", "no verifier for domain 'astrology'; known: "),
     ],
 )
