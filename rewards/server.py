@@ -31,10 +31,10 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
@@ -121,9 +121,6 @@ class _Metrics:
         self.cache_hits = Counter(
             "rlcs_reward_cache_hits", "Items answered from the cache", ["domain"], registry=r
         )
-        self.workers_killed = Gauge(
-            "rlcs_reward_workers_killed", "Workers killed on overrun", registry=r
-        )
 
     def observe(self, results: list[ScoreResult]) -> None:
         for res in results:
@@ -136,6 +133,28 @@ class _Metrics:
                 self.errors.labels(domain, res.error).inc()
                 if res.error == "timeout":
                     self.timeouts.labels(domain).inc()
+
+
+class _PoolCollector:
+    """The verifier pool's own counts, read when scraped: counters of the workers killed on
+    an overrun, those that died on their own (a segfault, the memory limit) and all started
+    (replacements and spares included), and a gauge of the workers alive."""
+
+    _COUNTS = (
+        ("killed", "Verifier workers killed for running over an item's time limit"),
+        ("crashed", "Verifier workers that died on their own (a segfault, the memory limit)"),
+        ("started", "Verifier workers started, replacements and spares included"),
+    )
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def collect(self) -> Any:
+        stats = dict(self.pool.stats)
+        for key, doc in self._COUNTS:
+            yield CounterMetricFamily(f"rlcs_reward_workers_{key}", doc, value=stats[key])
+        alive = len(self.pool.worker_pids)
+        yield GaugeMetricFamily("rlcs_reward_workers", "Verifier workers running", value=alive)
 
 
 class _Gate:
@@ -308,6 +327,7 @@ def create_app(
         version="0.1.0",
     )
     metrics = _Metrics()
+    metrics.registry.register(_PoolCollector(scorer.pool))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Any, exc: RequestValidationError) -> Response:
@@ -389,7 +409,6 @@ def create_app(
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        metrics.workers_killed.set(scorer.pool.stats["killed"])
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return _Gate(app, metrics, token, max_body_bytes)

@@ -224,6 +224,17 @@ def test_domains_docs_and_metrics(server):
     assert "rlcs_reward_request_seconds_bucket" in text
     assert 'rlcs_reward_value_bucket{domain="ocr"' in text
     assert 'rlcs_reward_timeouts_total{domain="hang"}' in text
+    # the pool's own counts: the hung items' workers were killed, and replaced
+    values = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("rlcs_reward_workers")
+    )
+    killed, started = (
+        float(values[f"rlcs_reward_workers_{k}_total"]) for k in ("killed", "started")
+    )
+    assert killed >= 1 and started >= killed + 1
+    assert float(values["rlcs_reward_workers_crashed_total"]) >= 0
+    assert float(values["rlcs_reward_workers"]) >= 1
+    assert "# TYPE rlcs_reward_workers_killed_total counter" in text
 
 
 def test_the_api_docs_render_in_a_browser_without_internet(server):
