@@ -56,7 +56,10 @@ def eval_files(
 
     if out is not None and out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the answers elsewhere")
-    items = load_rl_items(list(inputs), cfg.reward.custom_domains, image_check=cfg.data.image_check)
+    items = load_rl_items(
+        list(inputs), cfg.reward.custom_domains, image_check=cfg.data.image_check,
+        multiple_choice=cfg.data.multiple_choice,
+    )  # fmt: skip
     if not items:
         raise ValueError("no items to evaluate")
     if out is not None:  # after the items: it makes --out's folder, which a refusal must not

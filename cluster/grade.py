@@ -208,7 +208,7 @@ def grade_files(
         tier_names,
     )
     from rlcs.curriculum.tiers import TierScheme
-    from rlcs.data import check_output_file, load_items, write_jsonl
+    from rlcs.data import as_asked, check_output_file, load_items, write_jsonl
 
     if out.resolve() in {p.resolve() for p in inputs}:
         raise ValueError(f"--out {out} is one of the inputs; write the graded copy elsewhere")
@@ -216,9 +216,10 @@ def grade_files(
     domains = register_domains(cfg.reward.custom_domains)
     # a tier label is checked now: it is merged with the model's pass rate at the end
     tiers, names = TierScheme.from_config(cfg.curriculum), tier_names(cfg)
-    loaded = [(p, check_ground_truths(p, load_items(p, domains, cfg.data.image_check, names)))
-              for p in inputs]  # fmt: skip
-    items = [absolute_images(it, p.parent) for p, its in loaded for it in its]
+    loaded = [(p, load_items(p, domains, cfg.data.image_check, names)) for p in inputs]
+    # answered as a run asks them; the graded copy keeps each item as its file gives it
+    items = [absolute_images(it, p.parent) for p, its in loaded for it in check_ground_truths(
+             p, [as_asked(it, cfg.data.multiple_choice) for it in its])]  # fmt: skip
     if not items:
         raise ValueError("no items to grade")
     check_output_file(out, overwrite=overwrite)  # after the items: it makes --out's folder

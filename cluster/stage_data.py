@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from rlcs.config import Config, ConfigError, SyntheticDataConfig
-from rlcs.data import KNOWN_DOMAINS, DatasetError, Item, check_row_images, load_items, read_rows
+from rlcs.data import (
+    KNOWN_DOMAINS,
+    DatasetError,
+    Item,
+    as_asked,
+    check_row_images,
+    load_items,
+    read_rows,
+)
 from rlcs.images import ImageCheck, decode_image, file_exists
 
 log = logging.getLogger(__name__)
@@ -193,14 +201,19 @@ def load_rl_items(
     custom_domains: Mapping[str, str] | None = None,
     tiers: Sequence[str] | None = None,
     image_check: ImageCheck = "decode",
+    multiple_choice: str = "fill_in",
 ) -> list[Item]:
     """The items of ``paths`` as RL, evaluation and grading take them: validated (domains of
     ``reward.custom_domains`` included; a ``difficulty`` tier one of ``tiers`` where given;
-    images checked as ``image_check`` says, ``data.image_check``), with their ground truths
-    checked and their image paths made absolute."""
+    images checked as ``image_check`` says, ``data.image_check``), multiple-choice items asked
+    as ``multiple_choice`` says (``rlcs.data.as_asked``), with their ground truths checked and
+    their image paths made absolute."""
     domains = register_domains(custom_domains or {})
-    return [absolute_images(it, p.parent) for p in paths
-            for it in check_ground_truths(p, load_items(p, domains, image_check, tiers))]  # fmt: skip
+    out = []
+    for p in paths:
+        items = [as_asked(it, multiple_choice) for it in load_items(p, domains, image_check, tiers)]
+        out += [absolute_images(it, p.parent) for it in check_ground_truths(p, items)]
+    return out
 
 
 def tier_names(cfg: Config) -> tuple[str, ...]:
@@ -247,7 +260,8 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
     if cfg.stage == "rl":
         custom = cfg.reward.custom_domains
         # the sampler reads difficulty: an item's tier must be one of the curriculum's
-        items = load_rl_items(train, custom, tier_names(cfg), images)
+        asked = cfg.data.multiple_choice
+        items = load_rl_items(train, custom, tier_names(cfg), images, asked)
         if not items:
             raise DatasetError(train[0], None, "no rl items")
         absent = sorted(set(cfg.data.domain_weights) - {it.domain for it in items})
@@ -256,7 +270,7 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
             raise ValueError(f"data.domain_weights names {', '.join(map(repr, absent))}, which no "
                              f"RL item has (the items' domains: {have})")  # fmt: skip
         _warn_unweighted(cfg.data.domain_weights, items)
-        eval_items = load_rl_items(evals, custom, None, images)
+        eval_items = load_rl_items(evals, custom, None, images, asked)
         if cfg.run.eval_every and not eval_items:
             log.warning("run.eval_every=%d asks for a held-out evaluation, but data.eval holds no "
                         "items: the run makes none; give data.eval files, or set "

@@ -134,6 +134,13 @@ class DataConfig(Section):
         default_factory=dict,
         description="RL: fixed domain proportions of each batch; empty means by item count.",
     )
+    multiple_choice: Literal["fill_in", "letter"] = Field(
+        "fill_in",
+        description="RL, evaluation and grading: how an item with choices is asked. fill_in "
+        "(the recipe's): the prompt alone, answered by the right option's text, so that a "
+        "guess among the letters earns nothing. letter: the options listed under the prompt, "
+        "answered by the letter, for questions that need their options to make sense.",
+    )
     seq_len: int = Field(
         8192,
         gt=0,

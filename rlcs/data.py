@@ -47,6 +47,9 @@ class Item(BaseModel):
     images: list[str] = Field(default_factory=list)
     answer: Any = None
     difficulty: float | str | None = None
+    #: a multiple-choice item's options, lettered A, B, ... in order; its ``answer`` is then
+    #: the right one's letter. How the item is asked is ``data.multiple_choice`` (``as_asked``)
+    choices: list[str] | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("id", mode="before")
@@ -76,11 +79,65 @@ class Item(BaseModel):
             raise ValueError("an empty tier name")
         return v
 
+    @field_validator("choices")
+    @classmethod
+    def _lettered_options(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if not 2 <= len(v) <= len(LETTERS):
+            raise ValueError(f"give 2 to {len(LETTERS)} options (lettered A-Z), got {len(v)}")
+        blank = [LETTERS[k] for k, text in enumerate(v) if not text.strip()]
+        if blank:
+            raise ValueError(f"option {blank[0]} is blank")
+        return v
+
     @model_validator(mode="after")
     def _something_to_answer(self) -> Item:
         if not self.prompt.strip() and not self.images:
             raise ValueError("prompt: empty, and the item has no images: nothing to answer")
+        if self.choices is not None and choice_index(self.answer, len(self.choices)) is None:
+            last = LETTERS[len(self.choices) - 1]
+            raise ValueError(
+                f"answer: an item with choices is answered by the right option's letter, A to "
+                f"{last}; got {self.answer!r}"
+            )
         return self
+
+
+#: the letters a multiple-choice item's options are named by, in order
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LETTER = re.compile(r"^\(?([A-Za-z])\)?\.?$")
+#: how a multiple-choice item is asked (``data.multiple_choice``)
+MULTIPLE_CHOICE = ("fill_in", "letter")
+
+
+def choice_index(answer: Any, n: int) -> int | None:
+    """The option ``answer`` names (``B``, ``(b)``, ``B.``) among ``n``, or None."""
+    m = _LETTER.match(answer.strip()) if isinstance(answer, str) else None
+    k = LETTERS.index(m.group(1).upper()) if m else -1
+    return k if 0 <= k < n else None
+
+
+def as_asked(item: Item, multiple_choice: str = "fill_in") -> Item:
+    """A multiple-choice item as a run asks it; any other item as it is. ``fill_in`` (the
+    recipe's: a guess among four letters is right a quarter of the time, a reward for
+    nothing): the prompt alone, and the right option's text as the answer, which the domain's
+    verifier compares by value. ``letter``: the options listed under the prompt as ``(A)
+    ...``, and the letter as the answer. For questions that need their options to make sense
+    ("which of these ..."), use ``letter``."""
+    if item.choices is None:
+        return item
+    if multiple_choice not in MULTIPLE_CHOICE:
+        raise ValueError(f"multiple_choice must be one of {', '.join(MULTIPLE_CHOICE)}, got "
+                         f"{multiple_choice!r}")  # fmt: skip
+    k = choice_index(item.answer, len(item.choices))
+    if k is None:  # Item's own check refuses such an item; a copy made without it may not
+        raise ValueError(f"item {item.id!r}: answer {item.answer!r} names none of its choices")
+    if multiple_choice == "fill_in":
+        return item.model_copy(update={"choices": None, "answer": item.choices[k]})
+    listed = "\n".join(f"({LETTERS[j]}) {text}" for j, text in enumerate(item.choices))
+    prompt = f"{item.prompt.rstrip()}\n{listed}" if item.prompt.strip() else listed
+    return item.model_copy(update={"choices": None, "prompt": prompt, "answer": LETTERS[k]})
 
 
 @dataclass
@@ -336,6 +393,8 @@ def write_jsonl(items: list[Item] | list[dict], path: str | Path) -> Path:
     with tmp.open("w", encoding="utf-8") as f:
         for it in items:
             row = it.model_dump(exclude_defaults=False) if isinstance(it, Item) else it
+            if isinstance(it, Item) and it.choices is None:
+                del row["choices"]  # an item without options is written as it always was
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
