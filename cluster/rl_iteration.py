@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from actors.weights import WeightSyncError
+from rewards import degenerate
 from rewards.base import is_unscorable
 from rlcs.config import Config
 from rlcs.data import Item, Trajectory
@@ -63,6 +64,7 @@ def score(rewards: Any, trajs: list[Trajectory], items: dict[str, Item], timeout
             "format_ok": res.format_ok,
             "extracted": res.extracted,
             "error": res.error,
+            "detail": res.detail,
         }
 
 
@@ -340,6 +342,9 @@ def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[
     m["errors/dropped_rollouts"] = float(len(trajs) - len(scored))
     m["errors/parse"] = float(sum(1 for t in trajs if t.reward_detail.get("error") == "parse"))
     m["errors/format"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
+    m["errors/degenerate"] = float(
+        sum(1 for t in trajs if degenerate.is_degenerate(t.reward_detail.get("detail")))
+    )
     m["response/length"] = fmean(len(t.token_ids) for t in trajs) if trajs else 0.0
     m["response/forced_answer_rate"] = (
         fmean(float(t.forced_answer) for t in trajs) if trajs else 0.0

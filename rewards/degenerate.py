@@ -97,6 +97,15 @@ def language_mix(words: list[str]) -> tuple[float, str] | None:
     return 1.0 - count / total, main
 
 
+_REPETITIVE, _MIXED = "repetitive thinking: ", "mixed-language thinking: "
+
+
+def is_degenerate(detail: str | None) -> bool:
+    """Whether a result's ``detail`` is this check's (a format error for degenerate thinking,
+    not for missing tags or a missing box)."""
+    return detail is not None and detail.startswith((_REPETITIVE, _MIXED))
+
+
 def problem(response: str, limits: Mapping[str, Any]) -> str | None:
     """Why the thinking of a glm-format response is degenerate, or None. ``limits`` holds
     ``max_repetition`` and ``max_language_mix``."""
@@ -107,12 +116,12 @@ def problem(response: str, limits: Mapping[str, Any]) -> str | None:
     words = _words(thinking(response))
     if max_rep < 1.0 and (share := repetition(words)) is not None and share > max_rep:
         return (
-            f"repetitive thinking: {share:.0%} of its {PHRASE}-word phrases repeat earlier "
+            f"{_REPETITIVE}{share:.0%} of its {PHRASE}-word phrases repeat earlier "
             f"ones (max_repetition {max_rep:g})"
         )
     if max_mix < 1.0 and (mix := language_mix(words)) is not None and mix[0] > max_mix:
         return (
-            f"mixed-language thinking: {mix[0]:.0%} of its words are not in its main script, "
+            f"{_MIXED}{mix[0]:.0%} of its words are not in its main script, "
             f"{mix[1].title()} (max_language_mix {max_mix:g})"
         )
     return None

@@ -24,6 +24,7 @@ ROLLOUT_COUNTS = {
     "could not be scored": "errors/reward",
     "left out of training": "errors/dropped_rollouts",
     "format error": "errors/format",
+    "degenerate thinking": "errors/degenerate",
 }
 _KEPT = ("eval/", "reward/", "errors/", "curriculum/generation_rounds",
          *GROUP_COUNTS.values())  # fmt: skip

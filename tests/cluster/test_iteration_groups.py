@@ -148,6 +148,17 @@ def test_unscorable_rollouts_leave_the_update_and_the_curriculum(
     assert all(s["reward_detail"]["error"] == "timeout" for s in result.samples if s["unscorable"])
 
 
+def test_degenerate_thinking_is_counted_apart_from_other_format_errors(ray_local, scorer, tmp_path):
+    loop = "<think>" + "so the answer is ok. " * 20 + "</think>"
+    looped = loop + "<answer><|begin_of_box|>ok<|end_of_box|></answer>"
+    result, _, _ = one_iteration(ray_local, scorer, tmp_path, "drop", {"a": [OK, NO_TAGS, looped]})
+    m = result.metrics
+    assert (m["errors/format"], m["errors/degenerate"], m["reward/mean"]) == (2, 1, 1 / 3)
+    # the saved rollouts say why
+    (_, _, sample) = result.samples
+    assert sample["reward_detail"]["detail"].startswith("repetitive thinking: ")
+
+
 def test_unscorable_zero_scores_them_as_wrong_answers(ray_local, scorer, tmp_path):
     result, batches, attempts = one_iteration(ray_local, scorer, tmp_path, "zero")
     assert attempts == {"a": 3, "b": 3}
