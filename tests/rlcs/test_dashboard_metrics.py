@@ -31,7 +31,8 @@ def _iteration_line(step: int, math: float, unscorable: int = 0, filtered: int |
            "reward/mean": (math + 1.0) / 2, "pass_rate/math": math, "curriculum/groups": 20.0,
            "curriculum/selected": 16.0, "curriculum/generation_rounds": 2.0,
            "errors/reward": float(unscorable), "errors/dropped_rollouts": float(unscorable),
-           "errors/format": 3.0, "curriculum/tier/easy": 7.0}  # fmt: skip
+           "errors/format": 3.0, "errors/degenerate": 1.0,
+           "curriculum/tier/easy": 7.0}  # fmt: skip
     if filtered is not None:
         rec["curriculum/filtered"] = float(filtered)
     return json.dumps(rec) + "\n"
@@ -91,6 +92,7 @@ def test_training_figures_by_step(tmp_path):
         "could not be scored": [0.0, 4.0],
         "left out of training": [0.0, 4.0],
         "format error": [3.0, 3.0],
+        "degenerate thinking": [1.0, 1.0],
     }
     assert got["generation_rounds"] == [2.0, 2.0]
     assert log.heldout()["steps"] == [0, 2]  # one step can hold both
@@ -143,9 +145,10 @@ def test_training_plots_follow_the_runs_iterations(browser, tmp_path, dashboard)
             "could not be scored (rollouts)",
             "left out of training (rollouts)",
             "format error (rollouts)",
+            "degenerate thinking (rollouts)",
         ]
         y2 = "document.getElementById('plot-accounting').data.map((t) => t.yaxis || 'y')"
-        assert page.evaluate(y2) == ["y", "y", "y2", "y2", "y2"]
+        assert page.evaluate(y2) == ["y", "y", "y2", "y2", "y2", "y2"]
         # the next iteration is drawn on the next poll, without reloading the page
         with (run / "metrics.jsonl").open("a") as f:
             f.write(_iteration_line(3, 0.75, unscorable=2, filtered=4))
