@@ -56,11 +56,16 @@ class Verifier(ABC):
     truth pairs are worth remembering; ``cache_key`` says what "identical" means for them.
     ``needs_answer``: an item with no ground truth (``answer`` null) is an ``answer`` error
     instead of a silent 0; a verifier that scores the response alone sets it False.
+    ``answer_box``: the answer is boxed (a verifiable answer). A verifier of open-ended items
+    (a reward model's client, for the recipe's non-verifiable data) sets it False: it is then
+    given the whole text between the answer tags, and a response that boxes its answer is a
+    format error, scored the minimum.
     """
 
     name: ClassVar[str] = ""
     cacheable: ClassVar[bool] = False
     needs_answer: ClassVar[bool] = True
+    answer_box: ClassVar[bool] = True
 
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         return (extracted, _freeze(answer))

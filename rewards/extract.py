@@ -26,6 +26,9 @@ _SPACE = re.compile(r"\s*")
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
+_OPEN_ENDED_BOX = "a box in the answer of an open-ended item, which has no verifiable answer"
+
+
 class FormatError(ValueError):
     """The response does not have the required shape; the message says what is wrong."""
 
@@ -38,13 +41,21 @@ def opened_think(prompt: str) -> str:
     return prompt[at:] if at >= 0 and "<" not in rest else ""
 
 
-def extract(response: str, fmt: str = "glm") -> str:
-    """Return the answer text, or raise ``FormatError`` with the reason."""
+def extract(response: str, fmt: str = "glm", box: bool = True) -> str:
+    """Return the answer text, or raise ``FormatError`` with the reason. ``box=False`` is for
+    open-ended (non-verifiable) items: the answer is the whole text between the answer tags
+    (``glm``) or the whole response (``boxed``, ``bare``), and a box in it is a format error
+    (the recipe gives such a response the minimum reward: a box marks a verifiable answer,
+    which the item has none of)."""
     if not isinstance(response, str):
         raise FormatError(f"response must be a string, got {type(response).__name__}")
     if fmt == "glm":
-        return _glm(response)
+        return _glm(response, box)
     if fmt == "bare":
+        return response.strip()
+    if fmt == "boxed" and not box:
+        if last_boxed(response) is not None:
+            raise FormatError(_OPEN_ENDED_BOX)
         return response.strip()
     if fmt == "boxed":
         found = last_boxed(response)
@@ -85,18 +96,18 @@ def _inside(positions: list[int], tag: str, start: int, end: int) -> list[int]:
     return [p for p in positions if start <= p and p + len(tag) <= end]
 
 
-def _glm(response: str) -> str:
+def _glm(response: str, box: bool = True) -> str:
     text = response.strip()
     if len(text) <= _SHORT:  # whole-text counts are quickest on short text
-        return _glm_scan(text)
-    return _glm_hop(text)
+        return _glm_scan(text, box)
+    return _glm_hop(text, box)
 
 
-def _glm_hop(text: str) -> str:
+def _glm_hop(text: str, box: bool = True) -> str:
     """The gate from marker positions: cost grows with the number of '<', not the length."""
     marks = _markers(text)
     if marks is None:
-        return _glm_scan(text)
+        return _glm_scan(text, box)
     if not text.startswith(THINK_OPEN):
         raise FormatError("response must start with <think>")
     if not marks[THINK_CLOSE]:
@@ -112,9 +123,13 @@ def _glm_hop(text: str) -> str:
     if len(marks[ANSWER_OPEN]) != 1 or len(marks[ANSWER_CLOSE]) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
     if text.find("\\", start, end) >= 0 and (problem := _boxed_problem(text, start, end)):
-        raise FormatError(problem)
+        raise FormatError(problem if box else _OPEN_ENDED_BOX)
     opens = _inside(marks[BOX_OPEN], BOX_OPEN, start, end)
     closes = _inside(marks[BOX_CLOSE], BOX_CLOSE, start, end)
+    if not box:
+        if opens or closes:
+            raise FormatError(_OPEN_ENDED_BOX)
+        return text[start:end].strip()
     if not opens and not closes:
         raise FormatError("no <|begin_of_box|>...<|end_of_box|> in the answer")
     if len(opens) != 1 or len(closes) != 1:
@@ -145,7 +160,7 @@ def _boxed_problem(text: str, start: int, end: int) -> str | None:
     return None
 
 
-def _glm_scan(text: str) -> str:
+def _glm_scan(text: str, box: bool = True) -> str:
     """The same gate by whole-text counts: for text with very many '<'."""
     if not text.startswith(THINK_OPEN):
         raise FormatError("response must start with <think>")
@@ -163,8 +178,12 @@ def _glm_scan(text: str) -> str:
     if text.count(ANSWER_OPEN) != 1 or text.count(ANSWER_CLOSE) != 1:  # in the thinking too
         raise FormatError("nested or repeated <answer> tags")
     if problem := _boxed_problem(body, 0, len(body)):
-        raise FormatError(problem)
+        raise FormatError(problem if box else _OPEN_ENDED_BOX)
     opens, closes = body.count(BOX_OPEN), body.count(BOX_CLOSE)
+    if not box:
+        if opens or closes:
+            raise FormatError(_OPEN_ENDED_BOX)
+        return body.strip()
     if opens == 0 and closes == 0:
         raise FormatError("no <|begin_of_box|>...<|end_of_box|> in the answer")
     if opens != 1 or closes != 1:

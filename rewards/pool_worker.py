@@ -44,7 +44,7 @@ def run_one(
         return _verify(path, extracted, answer, options)
     response, fmt, max_chars, limits = gate
     try:
-        extracted = extract(response, fmt)
+        extracted = extract(response, fmt, registry.load(path).answer_box)
     except FormatError as e:
         return 0.0, "format", str(e), None
     if len(extracted) > max_chars:

@@ -312,7 +312,7 @@ class RewardScorer:
                 plan.bounded.append(False)
                 continue
             try:
-                extracted = extract(response, fmt)
+                extracted = extract(response, fmt, verifier.answer_box)
             except FormatError as e:
                 self._set(plan, i, ScoreResult(0.0, False, None, "format", str(e), domain))
                 continue
