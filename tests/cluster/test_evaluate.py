@@ -395,5 +395,6 @@ def test_eval_and_grade_score_with_the_runs_verifier_options_and_dtype(tmp_path,
                 lambda: grade_files(cfg, tmp_path, [data], out, 2, 1.0, False)):  # fmt: skip
         with pytest.raises(RuntimeError, match="stop here"):
             run()
-    want = {"format": "boxed", "rel_tol": 0.01, "iou_threshold": 0.5, "partial_credit": False}
+    want = {"format": "boxed", "rel_tol": 0.01, "iou_threshold": 0.5, "partial_credit": False,
+            "max_repetition": 0.5, "max_language_mix": 0.3}  # fmt: skip
     assert asked == [(want, "bfloat16")] * 2
