@@ -6,9 +6,9 @@ rewarded for a right answer after a loop learns to loop). Applied to the thinkin
 (an OCR transcription may repeat a cell a hundred times, or be in another language than the
 reasoning). The score is then 0 with ``error="format"`` and the measured share in ``detail``.
 
-Both measures are on words: a run of letters or of digits, a LaTeX command, or one CJK
-character (Chinese, Japanese and Korean are not written with spaces); a run longer than 16
-characters counts as pieces of 8, so ``ababab…`` without spaces repeats too.
+Repetition is measured on whitespace-separated words, a run of over 16 characters counting
+as pieces of 8 (so ``ababab…`` and Chinese, Japanese or Korean text, written without spaces,
+repeat too); the language mix on runs of letters, LaTeX commands and single CJK characters.
 
 - **Repetition**: the share of the thinking's 4-word phrases that repeat one earlier in it.
   Natural text stays under 0.1, a loop goes to 0.9 and above; thinking of under 48 phrases
@@ -57,8 +57,13 @@ def thinking(response: str) -> str:
 
 
 def _words(text: str) -> list[str]:
+    """Whitespace-separated words, a run of over 16 characters as pieces of 8 (text without
+    spaces: CJK, or a loop of one token). ``str.split`` keeps this a few microseconds a KB."""
+    words = text[-WINDOW:].split()
+    if not words or max(map(len, words)) <= _LONG:
+        return words
     out: list[str] = []
-    for w in _WORD.findall(text[-WINDOW:]):
+    for w in words:
         if len(w) > _LONG:
             out.extend(w[i : i + _PIECE] for i in range(0, len(w), _PIECE))
         else:
@@ -86,9 +91,13 @@ def _script(word: str) -> str | None:
     return _SAME_SCRIPT.get(name, name)
 
 
-def language_mix(words: list[str]) -> tuple[float, str] | None:
-    """The share of counted words outside the main script, and that script; None when too
-    few words count to judge."""
+def language_mix(text: str) -> tuple[float, str] | None:
+    """The share of ``text``'s counted words outside its main script, and that script; None
+    when too few words count to judge. Words here are runs of letters, LaTeX commands and
+    single CJK characters; text of ASCII only is one script, at no cost."""
+    if text.isascii():
+        return None
+    words = _WORD.findall(text[-WINDOW:])
     scripts = Counter(s for w in words if (s := _script(w)) is not None)
     total = sum(scripts.values())
     if total < MIN_MIX_WORDS:
@@ -113,13 +122,13 @@ def problem(response: str, limits: Mapping[str, Any]) -> str | None:
     max_mix = float(limits.get("max_language_mix", DEFAULT_MAX_LANGUAGE_MIX))
     if max_rep >= 1.0 and max_mix >= 1.0:
         return None
-    words = _words(thinking(response))
-    if max_rep < 1.0 and (share := repetition(words)) is not None and share > max_rep:
+    think = thinking(response)
+    if max_rep < 1.0 and (share := repetition(_words(think))) is not None and share > max_rep:
         return (
             f"{_REPETITIVE}{share:.0%} of its {PHRASE}-word phrases repeat earlier "
             f"ones (max_repetition {max_rep:g})"
         )
-    if max_mix < 1.0 and (mix := language_mix(words)) is not None and mix[0] > max_mix:
+    if max_mix < 1.0 and (mix := language_mix(think)) is not None and mix[0] > max_mix:
         return (
             f"{_MIXED}{mix[0]:.0%} of its words are not in its main script, "
             f"{mix[1].title()} (max_language_mix {max_mix:g})"
