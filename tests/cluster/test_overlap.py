@@ -73,7 +73,7 @@ class Learner:
 def score(requests, timeout_s):
     return [
         SimpleNamespace(reward=float("4" in r["response"]), format_ok=True, extracted=None,
-                        error=None)
+                        error=None, detail=None)
         for r in requests
     ]  # fmt: skip
 
