@@ -179,7 +179,8 @@ def grade_settings(
     return {"model": str(model_path.resolve()), "samples": samples,
             "temperature": cfg.rollout.temperature, "threshold": cfg.curriculum.success_threshold,
             "inputs": [str(p.resolve()) for p in inputs], "items": items,
-            "reward": options_from_config(cfg.reward), "dtype": cfg.model.dtype}  # fmt: skip
+            "reward": options_from_config(cfg.reward), "dtype": cfg.model.dtype,
+            "multiple_choice": cfg.data.multiple_choice}  # fmt: skip
 
 
 def grade_files(

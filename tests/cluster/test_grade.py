@@ -245,3 +245,17 @@ def test_an_interrupted_grading_goes_on_where_it_stopped(
     assert "continuing" not in capsys.readouterr().out
     assert kept.path.with_name(kept.path.name + ".stale").is_file()
     assert not kept.path.exists()
+
+
+def test_a_kept_grading_is_continued_only_under_the_same_multiple_choice_setting(tmp_path):
+    """Items with choices are answered differently as fill-in and by letter: grades kept under
+    one must not be mixed with the other's."""
+    from cluster.grade import grade_settings
+    from rlcs.config import load_config
+
+    def settings(*sets):
+        return grade_settings(load_config(None, ["model.tiny=text", *sets]), tmp_path, [], 4, 8)
+
+    assert settings()["multiple_choice"] == "fill_in"
+    assert settings() != settings("data.multiple_choice=letter")
+    assert settings() == settings("data.multiple_choice=fill_in")
