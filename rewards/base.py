@@ -88,6 +88,12 @@ class Verifier(ABC):
         """Score ``extracted`` against ``answer``; raise nothing the caller must handle."""
 
 
+#: a NaN ground truth marks a missing value (a spreadsheet's empty cell), not an answer
+NAN_TRUTH = (
+    "ground truth: NaN is a missing value, not an answer; give the answer, or leave the item out"
+)
+
+
 def text_truth_problem(answer: Any, accepts_list: bool = False) -> str | None:
     """Why ``answer`` is no ground truth for a verifier that compares text: a string or a
     number is one (with ``accepts_list``, so is a non-empty list of them, the accepted
@@ -101,7 +107,7 @@ def text_truth_problem(answer: Any, accepts_list: bool = False) -> str | None:
                 return problem.replace("expected", "expected in the list", 1)
         return None
     if isinstance(answer, float) and answer != answer:
-        return "ground truth: NaN is a missing value, not an answer"
+        return NAN_TRUTH
     if isinstance(answer, str) or (
         isinstance(answer, (int, float)) and not isinstance(answer, bool)
     ):

@@ -19,7 +19,7 @@ from typing import Any
 
 import sympy
 
-from rewards.base import Verdict, Verifier
+from rewards.base import NAN_TRUTH, Verdict, Verifier, text_truth_problem
 from rewards.verifiers import math_parse as mp
 
 DEFAULT_REL_TOL = 1e-6
@@ -282,17 +282,9 @@ def truth_type_problem(answer: Any) -> str | None:
     an object, a list or a boolean (``{'ans': '5'}``, ``True``) is no answer a model could
     write: every response would score a silent 0 (or 1 for the text ``True``). Nor is NaN,
     a float or its text: it marks a missing value (a spreadsheet's empty cell)."""
-    if _is_nan(answer):
-        return (
-            "ground truth: NaN is a missing value, not an answer; give the answer, or leave "
-            "the item out"
-        )
-    if isinstance(answer, str) or (
-        isinstance(answer, (int, float)) and not isinstance(answer, bool)
-    ):
-        return None
-    kind = "a boolean" if isinstance(answer, bool) else f"a {type(answer).__name__}"
-    return f"ground truth: a string or a number is expected, got {kind}"
+    if _is_nan(answer):  # also the text "nan", which an OCR truth may be
+        return NAN_TRUTH
+    return text_truth_problem(answer)
 
 
 def _is_nan(answer: Any) -> bool:
