@@ -27,22 +27,15 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from rewards import argtypes, registry
 from rewards.argtypes import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
-from rewards.base import ScoreResult
 from rewards.openrlhf import openrlhf_item, unscorable
-from rewards.scoring import RewardScorer, counted_domain
+from rewards.scoring import RewardScorer
+from rewards.server_metrics import Metrics
 
 #: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
 DOCS_ASSETS = "/docs/assets"
@@ -96,71 +89,10 @@ class OpenRLHFResponse(BaseModel):
     extra_logs: dict[str, list[float]]
 
 
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "rlcs_reward_requests", "HTTP requests", ["path", "code"], registry=r
-        )
-        self.latency = Histogram(
-            "rlcs_reward_request_seconds", "Request latency", ["path"], registry=r,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )  # fmt: skip
-        self.items = Counter("rlcs_reward_items", "Items scored", ["domain"], registry=r)
-        self.rewards = Histogram(
-            "rlcs_reward_value", "Rewards given", ["domain"], registry=r,
-            buckets=(0.0, 0.25, 0.5, 0.75, 0.999, 1.0),
-        )  # fmt: skip
-        self.errors = Counter(
-            "rlcs_reward_errors", "Items with an error", ["domain", "error"], registry=r
-        )
-        self.timeouts = Counter(
-            "rlcs_reward_timeouts", "Items over the time limit", ["domain"], registry=r
-        )
-        self.cache_hits = Counter(
-            "rlcs_reward_cache_hits", "Items answered from the cache", ["domain"], registry=r
-        )
-
-    def observe(self, results: list[ScoreResult]) -> None:
-        for res in results:
-            domain = counted_domain(res)  # a made-up domain does not become a label of its own
-            self.items.labels(domain).inc()
-            self.rewards.labels(domain).observe(res.reward)
-            if res.cached:
-                self.cache_hits.labels(domain).inc()
-            if res.error is not None:
-                self.errors.labels(domain, res.error).inc()
-                if res.error == "timeout":
-                    self.timeouts.labels(domain).inc()
-
-
-class _PoolCollector:
-    """The verifier pool's own counts, read when scraped: counters of the workers killed on
-    an overrun, those that died on their own (a segfault, the memory limit) and all started
-    (replacements and spares included), and a gauge of the workers alive."""
-
-    _COUNTS = (
-        ("killed", "Verifier workers killed for running over an item's time limit"),
-        ("crashed", "Verifier workers that died on their own (a segfault, the memory limit)"),
-        ("started", "Verifier workers started, replacements and spares included"),
-    )
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-
-    def collect(self) -> Any:
-        stats = dict(self.pool.stats)
-        for key, doc in self._COUNTS:
-            yield CounterMetricFamily(f"rlcs_reward_workers_{key}", doc, value=stats[key])
-        alive = len(self.pool.worker_pids)
-        yield GaugeMetricFamily("rlcs_reward_workers", "Verifier workers running", value=alive)
-
-
 class _Gate:
     """ASGI middleware: bearer auth, the request size limit, and per-path request metrics."""
 
-    def __init__(self, app: Any, metrics: _Metrics, token: str | None, max_body: int) -> None:
+    def __init__(self, app: Any, metrics: Metrics, token: str | None, max_body: int) -> None:
         self.app, self.metrics, self.token, self.max_body = app, metrics, token, max_body
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -326,8 +258,7 @@ def create_app(
         description="Verifiable rewards for math, chart, OCR, grounding, GUI and VQA answers.",
         version="0.1.0",
     )
-    metrics = _Metrics()
-    metrics.registry.register(_PoolCollector(scorer.pool))
+    metrics = Metrics(scorer.pool)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Any, exc: RequestValidationError) -> Response:
