@@ -13,6 +13,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
 STAMP := $(VENV)/.installed-$(FLAVOUR)
+NEED_GIB := $(if $(filter 1,$(GPU)),15,5)
 # The venv's bin/ goes first on PATH so that tests find its `ray` and `rlcs` executables.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -23,6 +24,14 @@ install: $(STAMP) browser
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@echo "==> creating $(VENV) and installing rlcs for a $(FLAVOUR) host (a few minutes the first time)"
+	@# the CPU environment takes 4.1 GiB (CUDA torch alone 5.5 GB); pip's temporary files and
+	@# Ray's logs need room besides (Ray refuses to start on a disk over 95% full): say so before
+	@# pip runs out of space halfway
+	@for dir in "$(dir $(abspath $(VENV)))" "$${TMPDIR:-/tmp}"; do \
+		free=$$(df -Pk "$$dir" 2>/dev/null | awk 'NR==2 {print int($$4 / 1048576)}'); \
+		[ -z "$$free" ] || [ "$$free" -ge $(NEED_GIB) ] || { \
+			echo "error: $$dir has $$free GiB free; installing rlcs for a $(FLAVOUR) host needs about $(NEED_GIB) GiB there. Free some space, or set VENV= or TMPDIR= to a disk with more"; exit 1; }; \
+	done
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || { \
 		echo "error: '$(PYTHON) -m venv' failed; install Python 3.10+ with venv support (Debian: apt-get install python3-venv) or set PYTHON=/path/to/python3"; exit 1; }
 ifeq ($(GPU),1)
