@@ -316,6 +316,10 @@ def _is_word(text: str) -> bool:
     return any((len(w) > 1 and w.isupper()) or len(w) > 3 for w in words)
 
 
+#: pi in an answer: ``\\pi`` or the plain word (``pi/6``)
+_PI = re.compile(r"\\pi(?![A-Za-z])|(?<![A-Za-z\\])pi(?![A-Za-z])|π")
+
+
 class MathVerifier(Verifier):
     name = "math"
     cacheable = True
@@ -323,7 +327,8 @@ class MathVerifier(Verifier):
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         # the flag keeps a refused truth apart from the string it prints as (True, "True")
         ok = truth_type_problem(answer) is None
-        return (mp.normalize(extracted), mp.normalize(str(answer)), ok)
+        degrees = (mp.has_degrees(extracted), mp.has_degrees(str(answer)))
+        return (mp.normalize(extracted), mp.normalize(str(answer)), ok, degrees)
 
     def check_answer(self, answer: Any) -> str | None:
         return truth_type_problem(answer)
@@ -333,7 +338,30 @@ class MathVerifier(Verifier):
         if problem:
             return Verdict(0.0, "answer", problem)
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
-        return self.compare(mp.normalize(extracted), mp.normalize(str(answer)), rel_tol)
+        pred, gt = mp.normalize(extracted), mp.normalize(str(answer))
+        verdict = self.compare(pred, gt, rel_tol)
+        if verdict.reward == 1.0:
+            return verdict
+        return self._in_radians(extracted, str(answer), pred, gt, rel_tol) or verdict
+
+    def _in_radians(
+        self, raw_pred: str, raw_gt: str, pred: str, gt: str, rel_tol: float
+    ) -> Verdict | None:
+        """A right angle given in degrees where the other side is in radians (``30^\\circ``
+        against ``\\frac{\\pi}{6}``, or the other way round): a second reading, tried when
+        exactly one side has a degree sign and the other is a multiple of pi; a bare ``30``
+        against ``\\frac{\\pi}{6}`` stays wrong."""
+        deg_pred, deg_gt = mp.has_degrees(raw_pred), mp.has_degrees(raw_gt)
+        if deg_pred == deg_gt:
+            return None
+        if deg_pred and _PI.search(gt):
+            pred = f"\\frac{{({pred})\\pi}}{{180}}"
+        elif deg_gt and _PI.search(pred):
+            gt = f"\\frac{{({gt})\\pi}}{{180}}"
+        else:
+            return None
+        verdict = self.compare(pred, gt, rel_tol)
+        return verdict if verdict.reward == 1.0 else None
 
     def compare(self, pred: str, gt: str, rel_tol: float) -> Verdict:
         if pred == gt:

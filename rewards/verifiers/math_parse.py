@@ -36,6 +36,7 @@ class MathParseError(ValueError):
 _DROP = (
     "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:",
     "\\(", "\\)", "\\[", "\\]", "\\$", "$", "^{\\circ}", "^\\circ", "°", "\\circ",
+    "^{\\degree}", "^\\degree", "\\textdegree", "\\degree",
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
 _RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
@@ -89,6 +90,15 @@ _PLAIN_WORDS = (
     (re.compile(r"(?<!\\)\bpi\b"), "\\pi"),
     (re.compile(r"\b(?:inf|infinity)\b"), "\\infty"),
 )
+
+
+#: a degree sign in any of its spellings: ``normalize`` drops it (``30^\\circ`` is ``30``)
+_DEGREES = re.compile(r"\\circ|°|\\(?:text)?degree")
+
+
+def has_degrees(text: str) -> bool:
+    """Whether the answer is an angle in degrees (a degree sign, which ``normalize`` drops)."""
+    return _DEGREES.search(text) is not None
 
 
 def normalize(text: str) -> str:

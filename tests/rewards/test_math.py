@@ -328,3 +328,28 @@ def test_scale_words_multiply_and_a_variable_is_no_unit(pred, gt, reward):
 )
 def test_i_is_the_imaginary_unit_when_that_makes_answers_equal(pred, gt, reward):
     assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # an angle in degrees against one in radians was wrong either way round
+        ("30^\\circ", "\\frac{\\pi}{6}", 1.0),
+        ("\\frac{\\pi}{6}", "30^\\circ", 1.0),
+        ("45°", "\\pi/4", 1.0),
+        ("pi/4", "45^{\\circ}", 1.0),
+        ("120\\degree", "\\frac{2\\pi}{3}", 1.0),
+        ("60^\\circ", "\\frac{\\pi}{6}", 0.0),
+        # with no degree sign a number is no angle in degrees: 30 radians is not pi/6
+        ("30", "\\frac{\\pi}{6}", 0.0),
+        ("\\frac{\\pi}{6}", "30", 0.0),
+        ("30\\degree", "30", 1.0),  # the sign alone is still dropped
+    ],
+)
+def test_degrees_match_radians_only_where_a_degree_sign_says_so(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+def test_a_degree_sign_keeps_its_own_cache_entry():
+    # 30 degrees is pi/6 and 30 is not: the two may not share a remembered verdict
+    assert V.cache_key("30^\\circ", "\\pi/6", {}) != V.cache_key("30", "\\pi/6", {})
