@@ -358,7 +358,13 @@ class Learner:
         holds them; the HF engine loads the learner's own parameters by name."""
         it = self.named_weights(as_saved=self.config.rollout.engine == "vllm")
         if self.rank == 0:
-            return transport.push(it)
+            try:
+                return transport.push(it)
+            finally:
+                # a push that fails midway (an engine died) must still finish the gathers the
+                # other ranks are waiting in, or they hang there and the push cannot be retried
+                for _ in it:
+                    pass
         for _ in it:
             pass
         return None

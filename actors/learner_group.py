@@ -8,6 +8,7 @@ rank-0 node's IP on a cluster.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,19 @@ class LearnerGroup:
         schedule_timeout_s: float = 120.0,
         runtime_env: dict[str, Any] | None = None,
         wait: bool = True,
+        failure_grace_s: float = 60.0,
     ):
         """Starts the ranks. With ``wait`` (the default) it returns once they have joined their
         process group; ``wait=False`` returns at once, so that the caller can start other actors
-        while the ranks start, and must call ``wait_ready`` before using the group."""
+        while the ranks start, and must call ``wait_ready`` before using the group.
+
+        When a rank fails a call, the others get ``failure_grace_s`` to finish it too; ranks
+        still busy then are waiting for the failed one in a collective, which can never
+        complete, so the group is shut down and the call raises (``gather_ranks``)."""
         self.config = config
         self.schedule_timeout_s = schedule_timeout_s
+        self.failure_grace_s = failure_grace_s
+        self.shut_down_because: str | None = None
         self.model_path = str(model_path)
         n = config.learner.num_ranks
         # the placement's share of a bundle (half of it when colocated with a rollout engine);
@@ -68,6 +76,8 @@ class LearnerGroup:
         process group; then the group is ready for steps. Idempotent."""
         if self.ready:
             return
+        if self.shut_down_because:
+            raise RuntimeError(f"the learner group was shut down: {self.shut_down_because}")
         n = len(self.actors)
         try:
             ray.get([a.ping.remote() for a in self.actors], timeout=self.schedule_timeout_s)
@@ -78,17 +88,26 @@ class LearnerGroup:
                 f"{self.schedule_timeout_s:.0f}s; is the cluster big enough?"
             ) from None
         addr, port = ray.get(self.actors[0].address.remote())
-        ray.get([a.init.remote(addr, port) for a in self.actors])
+        self._gather([a.init.remote(addr, port) for a in self.actors], "joining the process group")
         self.tokenizer, self.processor = load_processors(self.model_path)
         self.ready = True
 
     def _check_ready(self) -> None:
+        if self.shut_down_because:
+            raise RuntimeError(f"the learner group was shut down: {self.shut_down_because}")
         if not self.ready:
             raise RuntimeError("LearnerGroup(wait=False): call wait_ready() before using it")
 
+    def _gather(self, refs: list[Any], what: str) -> list[Any]:
+        try:
+            return gather_ranks(refs, what, self.failure_grace_s)
+        except RanksStuck as e:
+            self.shutdown(reason=str(e))
+            raise
+
     def _all(self, method: str, *args: Any) -> list[Any]:
         self._check_ready()
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        return self._gather([getattr(a, method).remote(*args) for a in self.actors], method)
 
     def train_step(
         self, stage: str | None, batch: list[Any], micro_batch: int | None = None
@@ -104,7 +123,8 @@ class LearnerGroup:
             self.processor,
             micro_batch,
         )
-        results = ray.get([a.run_step.remote(s) for a, s in zip(self.actors, steps, strict=True)])
+        refs = [a.run_step.remote(s) for a, s in zip(self.actors, steps, strict=True)]
+        results = self._gather(refs, f"the {stage or self.config.stage} step")
         out = dict(results[0])
         for key in ("loss", "tokens", "clipped", "logprob_mismatch_sum", "logprob_mismatch_tokens"):
             if key in out:
@@ -131,7 +151,51 @@ class LearnerGroup:
         """Any ``Learner`` method on every rank, e.g. ``weights_checksum``."""
         return self._all(method, *args)
 
-    def shutdown(self) -> None:
+    def shutdown(self, reason: str = "shutdown() was called") -> None:
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+        self.ready = False
+        self.shut_down_because = self.shut_down_because or reason
+
+
+class RanksStuck(RuntimeError):
+    """A rank failed a collective call and others never finished it (see ``gather_ranks``)."""
+
+
+def gather_ranks(refs: list[Any], what: str, grace_s: float) -> list[Any]:
+    """The results of one call on every rank (``refs`` in rank order), like ``ray.get``, but a
+    rank's failure does not leave the caller waiting on the others for ever: they are given
+    ``grace_s`` to finish. If they all do, the first failure is raised as ``ray.get`` raises it
+    (the group is intact: the ranks failed alike, e.g. a checkpoint folder that is not there).
+    Ranks still busy by then wait for the failed one in a collective (a barrier, a gather, a
+    gradient reduce) that can no longer complete; ``RanksStuck`` says which rank failed, how,
+    and which ones are stuck."""
+    index = {ref: rank for rank, ref in enumerate(refs)}
+    pending = list(refs)
+    failed: tuple[int, BaseException] | None = None
+    deadline = None
+    while pending:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+        if not done:
+            break
+        if failed is None:
+            try:
+                ray.get(done[0])
+            except Exception as e:  # noqa: BLE001 - any rank error, raised again below
+                failed = (index[done[0]], e)
+                deadline = time.monotonic() + grace_s
+    if failed is None:
+        return ray.get(refs)
+    rank, error = failed
+    if not pending:
+        raise error
+    stuck = ", ".join(str(index[r]) for r in pending)
+    cause = getattr(error, "cause", None) or error  # a RayTaskError carries the rank's own
+    raise RanksStuck(
+        f"learner rank {rank} failed in {what} ({type(cause).__name__}: {cause}), "
+        f"and rank(s) {stuck} had not finished it "
+        f"{grace_s:.0f}s later: they wait for rank {rank} in a collective that cannot "
+        "complete, so the learner group was shut down (the whole error is chained below)"
+    ) from error

@@ -12,7 +12,7 @@ from rlcs.config import Config
 
 ray = pytest.importorskip("ray")
 
-from actors.learner_group import LearnerGroup  # noqa: E402
+from actors.learner_group import LearnerGroup, RanksStuck, gather_ranks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +140,8 @@ def test_resume_continues_exactly_after_restart(ray_local, tiny_text_model, tmp_
         final = dict(straight.call("named_weights_list")[0])
     finally:
         straight.shutdown()
+    with pytest.raises(RuntimeError, match="shut down: shutdown.. was called"):
+        straight.train_step("pretrain", text_batch(0))
     assert path.endswith("step-2") and (tmp_path / "ckpt" / "latest").read_text() == "step-2"
     assert not list((tmp_path / "ckpt").glob(".tmp-*"))
 
@@ -264,6 +266,8 @@ def test_zero3_logprob_passes_line_up_across_ranks(
                 assert counts[0] != counts[1]  # the case that used to abort
             held[name] = group.call("parameter_counts")
             stats[name] = [group.train_step("rl", batch) for _ in range(2)]
+            if ranks == 2 and not kl_coef:
+                _push_fails_midway_then_succeeds(group)
             if kl_coef:
                 one_group = rl_batch(group.tokenizer, seed=5, items="p", lengths=(3, 4))
                 stats[name] += [group.train_step("rl", one_group) for _ in range(2)]
@@ -283,3 +287,69 @@ def test_zero3_logprob_passes_line_up_across_ranks(
             continue
         assert whole[kind] > 0 and sum(shares) >= whole[kind]
         assert max(shares) < 0.6 * whole[kind]  # each rank holds about half
+
+
+def _push_fails_midway_then_succeeds(group: LearnerGroup) -> None:
+    """A push that rank 0's transport gives up on midway (an engine died) raises its error and
+    leaves the group usable: rank 0 still finishes the ZeRO-3 gathers that rank 1 is waiting
+    in, where it used to leave rank 1 there, and the caller's retry, for ever."""
+    from actors.weights.base import WeightSyncError
+
+    class Transport:  # local, so that Ray ships the class itself to the rank
+        def __init__(self, fail_at: int | None):
+            self.fail_at = fail_at
+
+        def push(self, named):
+            n = 0
+            for n, _ in enumerate(named, 1):
+                if n == self.fail_at:
+                    raise WeightSyncError(f"the engine went away at tensor {n}")
+            return n
+
+    start = time.monotonic()
+    with pytest.raises(WeightSyncError, match="went away at tensor 2"):
+        group.push_weights(Transport(fail_at=2))
+    assert time.monotonic() - start < 30
+    assert group.push_weights(Transport(fail_at=None)) == len(group.call("named_weights_list")[0])
+
+
+def test_a_rank_that_fails_while_the_others_wait_in_a_collective_ends_the_call(ray_local):
+    """One rank raises while the other waits for it in a gloo barrier that can never complete:
+    the caller gets, within the grace period, an error naming the failed rank, its error and
+    the stuck rank, instead of waiting with it. Ranks that fail alike raise as ``ray.get``."""
+    from actors.network import free_port
+
+    class Rank:
+        def __init__(self, rank: int, port: int):
+            import torch.distributed as dist
+
+            dist.init_process_group(
+                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+            )
+            self.rank = rank
+
+        def step(self, fail_on: tuple[int, ...]) -> int:
+            import torch.distributed as dist
+
+            if self.rank in fail_on:
+                raise OSError(28, "No space left on device")
+            dist.barrier()
+            return self.rank
+
+    port = free_port()
+    cls = ray.remote(num_cpus=0.1)(Rank)
+    ranks = [cls.remote(r, port) for r in range(2)]
+    try:
+        assert gather_ranks([a.step.remote(()) for a in ranks], "a step", 5.0) == [0, 1]
+        with pytest.raises(OSError, match="No space left"):  # both failed: the group is intact
+            gather_ranks([a.step.remote((0, 1)) for a in ranks], "a step", 5.0)
+        start = time.monotonic()
+        with pytest.raises(RanksStuck) as e:
+            gather_ranks([a.step.remote((1,)) for a in ranks], "a save", 3.0)
+        assert 3.0 <= time.monotonic() - start < 20
+        message = str(e.value)
+        assert "learner rank 1 failed in a save (OSError: [Errno 28] No space left" in message
+        assert "rank(s) 0 had not finished it 3s later" in message
+    finally:
+        for a in ranks:
+            ray.kill(a)
