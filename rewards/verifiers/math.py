@@ -371,6 +371,7 @@ class MathVerifier(Verifier):
         letter = mp.choice_letter(gt)
         if letter is not None:
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
+        pred, gt = mp.number_words(pred), mp.number_words(gt)  # five is 5
         if _is_word(gt) and _letters_only(pred):  # BAC is not ABC, as a product would be
             return Verdict(float(pred.replace(" ", "") == gt.replace(" ", "")))
         gt = mp.scale_words(gt)

@@ -203,6 +203,33 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
     return None
 
 
+_ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+         "eighteen", "nineteen")  # fmt: skip
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+#: a number from zero to ninety-nine in words at the start of an answer, alone or before a
+#: unit or scale word (``five``, ``Twenty-one``, ``five million``, ``three cm``)
+_NUMBER_WORD = re.compile(
+    rf"^(?:({'|'.join(_TENS)})(?:[- ]({'|'.join(_ONES[1:10])}))?|({'|'.join(_ONES)}))(?![\w-])",
+    re.IGNORECASE,
+)
+
+
+def number_words(text: str) -> str:
+    """An answer that starts with a number from zero to ninety-nine in words, with that number
+    in digits (``twenty-one`` -> ``21``, ``five million`` -> ``5 million``); other text as it
+    is. Only the whole first word or hyphenated pair: ``oneself``, ``ninety-nines`` are kept."""
+    m = _NUMBER_WORD.match(text)
+    if m is None:
+        return text
+    tens, ones, alone = m.groups()
+    if alone is not None:
+        value = _ONES.index(alone.lower())
+    else:
+        value = 20 + 10 * _TENS.index(tens.lower()) + (_ONES.index(ones.lower()) if ones else 0)
+    return f"{value}{text[m.end() :]}"
+
+
 def scale_words(text: str) -> str:
     """``2.5 million`` -> ``2500000``; any other text as it is (for ground truths, whose
     other words are kept)."""

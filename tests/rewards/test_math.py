@@ -353,3 +353,22 @@ def test_degrees_match_radians_only_where_a_degree_sign_says_so(pred, gt, reward
 def test_a_degree_sign_keeps_its_own_cache_entry():
     # 30 degrees is pi/6 and 30 is not: the two may not share a remembered verdict
     assert V.cache_key("30^\\circ", "\\pi/6", {}) != V.cache_key("30", "\\pi/6", {})
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a number in words was read as a product of letters, and wrong
+        ("\\text{five}", "5", 1.0),
+        ("5", "\\text{five}", 1.0),
+        ("Twenty-one", "21", 1.0),
+        ("ninety nine", "99", 1.0),
+        ("five million", "5000000", 1.0),  # then a scale word, or a unit
+        ("three cm", "3", 1.0),
+        ("four", "5", 0.0),
+        ("fivefold", "5", 0.0),  # only a whole word
+        ("one-half", "1", 0.0),  # nor the start of another
+    ],
+)
+def test_a_number_in_words_is_that_number(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
