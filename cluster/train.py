@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
+from actors.learner_group import RanksStuck
 from cluster.checkpointing import Checkpointer, saved_steps
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError
@@ -104,15 +105,12 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
                 run_supervised(cfg, roles, data, log, ckpt, start, clock)
         roles.learner.export_hf(run_dir / "hf")
         write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
-    except ray.exceptions.RayActorError as e:
+    except (ray.exceptions.RayActorError, RanksStuck) as e:
         try:  # the step --resume takes (the newest folder may be a save the death cut short)
             at = ckpt.resume_point()
         except (OSError, ValueError):
             at = 0
-        raise RunFailed(
-            f"a {_role_of(e)} actor died ({type(e).__name__}); the run stopped. Checkpoints up to "
-            f"step {at} are intact in {ckpt.root}: continue with --resume"
-        ) from e
+        raise RunFailed(stopped_by(e, at, ckpt.root)) from e
     finally:
         roles.shutdown()
     return run_dir
@@ -135,6 +133,19 @@ def restore(ckpt: Checkpointer, roles: Roles, step: int) -> None:
 
 class RunFailed(RuntimeError):
     """The run stopped on an unrecoverable actor failure; its checkpoints are resumable."""
+
+
+def stopped_by(err: Exception, at: int, root: Path) -> str:
+    """What stopped a run whose actor died, or whose learner ranks could not finish a call
+    (one failed and the others were stuck waiting for it), and how to go on."""
+    if isinstance(err, RanksStuck):
+        what = str(err)
+    else:
+        what = f"a {_role_of(err)} actor died ({type(err).__name__})"
+    return (
+        f"{what}; the run stopped. Checkpoints up to step {at} are intact in {root}: "
+        "continue with --resume"
+    )
 
 
 def _role_of(err: Exception) -> str:

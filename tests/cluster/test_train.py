@@ -45,6 +45,21 @@ def curriculum_state(run_dir: Path) -> dict:
     return {**state, "iteration": cur.iteration, "expansion_ema": cur.expansion_ema}
 
 
+def test_a_run_stopped_by_stuck_learner_ranks_says_why_and_how_to_go_on(tmp_path):
+    """Learner ranks that could not finish a call (one failed, the others waited for it in a
+    collective until the group gave up on them) stop the run as a dead actor does: with what
+    happened and the step --resume takes, not a traceback alone."""
+    from actors.learner_group import RanksStuck
+    from cluster.train import stopped_by
+
+    stuck = RanksStuck("learner rank 1 failed in save_checkpoint (OSError: disk full), ...")
+    message = stopped_by(stuck, 4, tmp_path / "checkpoints")
+    assert message.startswith("learner rank 1 failed in save_checkpoint (OSError: disk full)")
+    assert message.endswith(
+        f"up to step 4 are intact in {tmp_path / 'checkpoints'}: continue with --resume"
+    )
+
+
 def test_bad_config_fails_before_anything_starts(tmp_path):
     r = run_cli(
         "configs/tiny-text.yaml", "--set", "rollout.n=zero", "--set", f"run.root={tmp_path}"
