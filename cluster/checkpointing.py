@@ -33,6 +33,11 @@ def tag_of(step: int) -> str:
     return f"step_{step:08d}"
 
 
+class SaveFailed(RuntimeError):
+    """A checkpoint could not be written: a full disk, a folder the actors cannot write to.
+    What was committed before it (``latest``, the curriculum's pointer) is untouched."""
+
+
 class Checkpointer:
     def __init__(self, run_dir: Path, cfg: Config):
         self.run_dir, self.cfg = run_dir, cfg
@@ -83,13 +88,24 @@ class Checkpointer:
         return bool(every and step % every == 0) or step == self._last_step()
 
     def save(self, roles, step: int) -> None:
-        roles.learner.save_checkpoint(
-            self.root, tag_of(step), {"step": step, "stage": self.cfg.stage}
-        )
-        if self.cfg.run.export_hf_checkpoints:
-            roles.learner.export_hf(self.root / tag_of(step) / "hf")
-        if roles.sampler is not None:
-            ray.get(roles.sampler.save.remote())
+        """The learner's checkpoint, then the curriculum's snapshot (the commit point). A
+        write that fails for want of space or permission raises ``SaveFailed``."""
+        try:
+            roles.learner.save_checkpoint(
+                self.root, tag_of(step), {"step": step, "stage": self.cfg.stage}
+            )
+            if self.cfg.run.export_hf_checkpoints:
+                roles.learner.export_hf(self.root / tag_of(step) / "hf")
+            if roles.sampler is not None:
+                ray.get(roles.sampler.save.remote())
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None) or e
+            if not isinstance(cause, OSError):
+                raise
+            raise SaveFailed(
+                f"the checkpoint of step {step} could not be written in {self.root} "
+                f"({type(cause).__name__}: {cause})"
+            ) from e
         # A checkpoint of a later step is one an earlier attempt left unfinished (killed before
         # its curriculum snapshot, which resume follows): this run went on from before it, so
         # it is stale, and counted among the newest it would push this save out.

@@ -21,7 +21,7 @@ import ray
 from tqdm import tqdm
 
 from actors.learner_group import RanksStuck
-from cluster.checkpointing import Checkpointer, saved_steps
+from cluster.checkpointing import Checkpointer, SaveFailed, saved_steps
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError
 from cluster.ray_connect import check_ray_address, connect_ray
@@ -105,7 +105,7 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
                 run_supervised(cfg, roles, data, log, ckpt, start, clock)
         roles.learner.export_hf(run_dir / "hf")
         write_report(run_dir, title=f"{cfg.run.name} ({cfg.stage})")
-    except (ray.exceptions.RayActorError, RanksStuck) as e:
+    except (ray.exceptions.RayActorError, RanksStuck, SaveFailed) as e:
         try:  # the step --resume takes (the newest folder may be a save the death cut short)
             at = ckpt.resume_point()
         except (OSError, ValueError):
@@ -136,16 +136,17 @@ class RunFailed(RuntimeError):
 
 
 def stopped_by(err: Exception, at: int, root: Path) -> str:
-    """What stopped a run whose actor died, or whose learner ranks could not finish a call
-    (one failed and the others were stuck waiting for it), and how to go on."""
-    if isinstance(err, RanksStuck):
+    """What stopped a run whose actor died, whose learner ranks could not finish a call (one
+    failed and the others were stuck waiting for it), or whose checkpoint could not be
+    written, and how to go on."""
+    then = "continue with --resume"
+    if isinstance(err, SaveFailed):
+        what, then = str(err), "make room there (or fix the folder's permissions) and " + then
+    elif isinstance(err, RanksStuck):
         what = str(err)
     else:
         what = f"a {_role_of(err)} actor died ({type(err).__name__})"
-    return (
-        f"{what}; the run stopped. Checkpoints up to step {at} are intact in {root}: "
-        "continue with --resume"
-    )
+    return f"{what}; the run stopped. Checkpoints up to step {at} are intact in {root}: {then}"
 
 
 def _role_of(err: Exception) -> str:

@@ -1,6 +1,7 @@
-"""Checkpoint retention and the optional Hugging Face export beside each checkpoint
-(cluster.checkpointing). The learner here is a stand-in that writes what the real one would
-name; the real learner's checkpoints are covered by tests/cluster/test_train.py."""
+"""Checkpoint retention, the optional Hugging Face export beside each checkpoint, and a save
+that cannot be written (cluster.checkpointing). The learner here is a stand-in that writes what
+the real one would name; the real learner's checkpoints are covered by
+tests/cluster/test_train.py."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,3 +70,50 @@ def test_a_checkpoint_an_earlier_attempt_left_unfinished_is_dropped_not_kept(tmp
     assert ckpt.steps() == [15]
     ckpt.save(roles, 16)
     assert ckpt.steps() == [16]
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_where_and_why(tmp_path):
+    """A save that fails for want of space (or permission) on every rank reaches the driver as
+    the rank's OSError inside Ray's task error: it becomes ``SaveFailed`` with the step, the
+    folder and the cause, and the run's message says how to go on. Other errors pass as they
+    are. The checkpoints before it stay the ones resume takes."""
+    import pytest
+    import ray
+
+    from cluster.checkpointing import SaveFailed
+    from cluster.train import stopped_by
+
+    class FailingLearner(FakeLearner):
+        def __init__(self, error: Exception):
+            super().__init__()
+            self.error = error
+
+        def save_checkpoint(self, root: Path, tag: str, client_state: dict) -> None:
+            if client_state["step"] == 4:
+                raise ray.exceptions.RayTaskError(
+                    "Learner.save_checkpoint", "Traceback ...", self.error
+                ).as_instanceof_cause()
+            super().save_checkpoint(root, tag, client_state)
+
+    cfg = load_config("configs/tiny-text.yaml", ["stage=sft", "learner.steps=10",
+                                                  "run.save_every=2"])  # fmt: skip
+    ckpt = Checkpointer(tmp_path, cfg)
+    roles = SimpleNamespace(learner=FailingLearner(OSError(28, "No space left on device")),
+                            sampler=None)  # fmt: skip
+    with pytest.raises(SaveFailed) as e:
+        for step in range(1, 5):
+            ckpt.maybe_save(roles, step)
+    root = tmp_path / "checkpoints"
+    assert str(e.value) == (
+        f"the checkpoint of step 4 could not be written in {root} "
+        "(OSError: [Errno 28] No space left on device)"
+    )
+    assert ckpt.resume_point() == 2
+    assert stopped_by(e.value, 2, root).endswith(
+        f"up to step 2 are intact in {root}: make room there (or fix the folder's "
+        "permissions) and continue with --resume"
+    )
+    roles.learner = FailingLearner(ValueError("a bug"))
+    with pytest.raises(ValueError) as other:
+        ckpt.save(roles, 4)
+    assert not isinstance(other.value, SaveFailed) and str(other.value.cause) == "a bug"
