@@ -24,9 +24,9 @@ install: $(STAMP) browser
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@echo "==> creating $(VENV) and installing rlcs for a $(FLAVOUR) host (a few minutes the first time)"
-	@# the CPU environment takes 4.1 GiB (CUDA torch alone 5.5 GB); pip's temporary files and
-	@# Ray's logs need room besides (Ray refuses to start on a disk over 95% full): say so before
-	@# pip runs out of space halfway
+	@# the CPU environment takes 4.1 GiB (CUDA torch alone 5.5 GB); pip's temporary files, and
+	@# then Ray's logs and spilled objects, need room besides: say so before pip runs out of
+	@# space halfway
 	@for dir in "$(dir $(abspath $(VENV)))" "$${TMPDIR:-/tmp}"; do \
 		free=$$(df -Pk "$$dir" 2>/dev/null | awk 'NR==2 {print int($$4 / 1048576)}'); \
 		[ -z "$$free" ] || [ "$$free" -ge $(NEED_GIB) ] || { \
