@@ -382,19 +382,26 @@ def main(args: argparse.Namespace) -> int:
     except RunDirBusy as e:
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
+    from cluster.placement import PlacementError
+    from cluster.train import RunFailed
+
+    again = shlex.join(
+        ["rlcs", "demo", "--resume", "--run-dir", str(root)]
+        + (["--config", str(config)] if args.config else [])
+        + [a for kv in args.overrides for a in ("--set", kv)]
+        + [f"--minutes={args.minutes:g}"]
+    )
     try:
         budget = 60 * args.minutes if args.minutes else None
         run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides, budget)
     except KeyboardInterrupt:
-        again = shlex.join(
-            ["rlcs", "demo", "--resume", "--run-dir", str(root)]
-            + (["--config", str(config)] if args.config else [])
-            + [a for kv in args.overrides for a in ("--set", kv)]
-            + [f"--minutes={args.minutes:g}"]
-        )
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip
         return 130
+    except (RunFailed, PlacementError) as e:  # an actor died, a checkpoint could not be written
+        print(f"rlcs demo: {e}\nrlcs demo: the stages that finished are kept: continue with "
+              f"`{again}`", file=sys.stderr)  # fmt: skip
+        return 1
     finally:
         unlock_run_dir(root)
     return 0

@@ -35,6 +35,22 @@ def test_ctrl_c_says_the_command_that_continues_with_the_same_flags(tmp_path, mo
     assert "--minutes=2.5" in capsys.readouterr().err
 
 
+def test_a_stage_stopped_by_a_failure_says_why_and_the_command_that_continues(
+    tmp_path, monkeypatch, capsys
+):
+    from cluster.train import RunFailed
+
+    def failed(config, root, port, resume, overrides, budget_s):
+        raise RunFailed("a Learner actor died (ActorDiedError); the run stopped. ...")
+
+    monkeypatch.setattr(demo, "run", failed)
+    root = tmp_path / "d"
+    assert demo.main(args(root)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rlcs demo: a Learner actor died (ActorDiedError); the run stopped.")
+    assert f"kept: continue with `rlcs demo --resume --run-dir {root} --minutes=14`" in err
+
+
 def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
     other = tmp_path / "other"
     (other / "data").mkdir(parents=True)
