@@ -357,17 +357,13 @@ class Learner:
         gathers are collective), only rank 0 pushes. vLLM engines load them as a checkpoint
         holds them; the HF engine loads the learner's own parameters by name."""
         it = self.named_weights(as_saved=self.config.rollout.engine == "vllm")
-        if self.rank == 0:
-            try:
-                return transport.push(it)
-            finally:
-                # a push that fails midway (an engine died) must still finish the gathers the
-                # other ranks are waiting in, or they hang there and the push cannot be retried
-                for _ in it:
-                    pass
-        for _ in it:
-            pass
-        return None
+        try:
+            return transport.push(it) if self.rank == 0 else None
+        finally:
+            # every rank runs the gathers to the end; on rank 0 also after a push that failed
+            # midway (an engine died), or the others hang in them and it cannot be retried
+            for _ in it:
+                pass
 
     def export_hf(self, out_dir: str | Path) -> str | None:
         """``save_pretrained`` with tokenizer and processor; collective, rank 0 writes."""

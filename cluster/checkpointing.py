@@ -16,6 +16,7 @@ from pathlib import Path
 
 import ray
 
+from actors.rank_calls import RanksStuck
 from rlcs.config import Config
 
 _TAG = re.compile(r"^step_(\d{8})$")
@@ -98,8 +99,10 @@ class Checkpointer:
                 roles.learner.export_hf(self.root / tag_of(step) / "hf")
             if roles.sampler is not None:
                 ray.get(roles.sampler.save.remote())
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None) or e
+        except (ray.exceptions.RayTaskError, RanksStuck) as e:
+            # a rank's own error; under RanksStuck, that of the rank the others were stuck on
+            failed = e.__cause__ if isinstance(e, RanksStuck) else e
+            cause = getattr(failed, "cause", None) or failed
             if not isinstance(cause, OSError):
                 raise
             raise SaveFailed(

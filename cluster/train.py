@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
-from actors.learner_group import RanksStuck
+from actors.rank_calls import RanksStuck
 from cluster.checkpointing import Checkpointer, SaveFailed, saved_steps
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError

@@ -33,10 +33,13 @@ class MathParseError(ValueError):
     """The text is not a math expression we can read, or it is too big to evaluate safely."""
 
 
+#: a degree sign in its spellings, longest first: ``normalize`` drops it (``30^\\circ`` is
+#: ``30``), and ``has_degrees`` says an answer had one
+_DEGREE_SIGNS = ("^{\\circ}", "^\\circ", "°", "\\circ", "^{\\degree}", "^\\degree",
+                 "\\textdegree", "\\degree")  # fmt: skip
 _DROP = (
     "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:",
-    "\\(", "\\)", "\\[", "\\]", "\\$", "$", "^{\\circ}", "^\\circ", "°", "\\circ",
-    "^{\\degree}", "^\\degree", "\\textdegree", "\\degree",
+    "\\(", "\\)", "\\[", "\\]", "\\$", "$", *_DEGREE_SIGNS,
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
 _RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
@@ -92,13 +95,9 @@ _PLAIN_WORDS = (
 )
 
 
-#: a degree sign in any of its spellings: ``normalize`` drops it (``30^\\circ`` is ``30``)
-_DEGREES = re.compile(r"\\circ|°|\\(?:text)?degree")
-
-
 def has_degrees(text: str) -> bool:
     """Whether the answer is an angle in degrees (a degree sign, which ``normalize`` drops)."""
-    return _DEGREES.search(text) is not None
+    return any(sign in text for sign in _DEGREE_SIGNS)
 
 
 def normalize(text: str) -> str:

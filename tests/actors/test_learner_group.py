@@ -12,7 +12,8 @@ from rlcs.config import Config
 
 ray = pytest.importorskip("ray")
 
-from actors.learner_group import LearnerGroup, RanksStuck, gather_ranks  # noqa: E402
+from actors.learner_group import LearnerGroup  # noqa: E402
+from actors.rank_calls import RanksStuck, gather_ranks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

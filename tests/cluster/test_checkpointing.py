@@ -113,6 +113,19 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_where_and_why(
         f"up to step 2 are intact in {root}: make room there (or fix the folder's "
         "permissions) and continue with --resume"
     )
+    # a rank's full disk that left the other ranks stuck in the save's barrier is one too
+    from actors.rank_calls import RanksStuck
+
+    class StuckLearner(FakeLearner):
+        def save_checkpoint(self, root: Path, tag: str, client_state: dict) -> None:
+            err = OSError(28, "No space left on device")
+            raise RanksStuck("learner rank 1 failed in save_checkpoint ...") from (
+                ray.exceptions.RayTaskError("save_checkpoint", "...", err).as_instanceof_cause()
+            )
+
+    roles.learner = StuckLearner()
+    with pytest.raises(SaveFailed, match=r"step 4 could not be written .*\(OSError: \[Errno 28\]"):
+        ckpt.save(roles, 4)
     roles.learner = FailingLearner(ValueError("a bug"))
     with pytest.raises(ValueError) as other:
         ckpt.save(roles, 4)
