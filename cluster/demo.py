@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cluster.demo_ledger import StageLedger, eval_settings, stage_settings
+from cluster.demo_ledger import STAGE_DONE, StageLedger, eval_settings, stage_settings
 from rlcs.config import Config, load_config
 from rlcs.dashboard import DEMO_MARKER  # written when a demo starts: --resume needs it
 
@@ -54,6 +54,25 @@ def build_data(cfg: Config, root: Path) -> dict[str, Path]:
     if cfg.data.synthetic is None:
         raise ValueError("the demo config needs a data.synthetic section")
     return build_synthetic(cfg.data.synthetic, root / "data")
+
+
+def browser_problem(cfg: Config, root: Path, resume: bool) -> str | None:
+    """Why the GUI pages cannot be rendered, when the demo will make its data and the GUI domain
+    is in it (a demo resumed after its data stage needs no browser); else None."""
+    from rlcs.tasks.gui import ChromiumMissing, find_chromium
+
+    syn = cfg.data.synthetic
+    if (
+        syn is None
+        or "gui" not in syn.domains
+        or (resume and (root / "data" / STAGE_DONE).exists())
+    ):
+        return None
+    try:
+        find_chromium()
+    except ChromiumMissing as e:
+        return str(e)
+    return None
 
 
 def data_overrides(files: dict[str, Path], split: str) -> list[str]:
@@ -366,6 +385,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: --resume: {root} holds no demo (no {DEMO_MARKER}); nothing in it is "
               "touched", file=sys.stderr)  # fmt: skip
         return 2
+    if problem := browser_problem(cfg, root, args.resume):
+        print(f"rlcs demo: {problem}", file=sys.stderr)
+        return 2
     try:
         from cluster.ray_connect import check_ray_address
 
@@ -384,6 +406,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from cluster.placement import PlacementError
     from cluster.train import RunFailed
+    from rlcs.tasks.gui import ChromiumMissing
 
     again = shlex.join(
         ["rlcs", "demo", "--resume", "--run-dir", str(root)]
@@ -398,6 +421,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip
         return 130
+    except ChromiumMissing as e:  # the data made again on --resume (other settings)
+        print(f"rlcs demo: {e}", file=sys.stderr)
+        return 2
     except (RunFailed, PlacementError) as e:  # an actor died, a checkpoint could not be written
         print(f"rlcs demo: {e}\nrlcs demo: the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip

@@ -9,13 +9,20 @@ from __future__ import annotations
 import html
 import io
 import json
+import os
 import random
+import shutil
 
 from PIL import Image
 
 from rlcs.tasks.base import Example, TaskGenerator, to_norm_box
 
+#: Debian's Chromium, which `make install` installs; looked for first after $RLCS_CHROMIUM.
 CHROMIUM = "/usr/bin/chromium"
+#: An environment variable naming the Chromium (or Chrome) binary to use instead.
+CHROMIUM_ENV = "RLCS_CHROMIUM"
+#: Other names a Chromium or Chrome goes by on the PATH (Ubuntu, Fedora, Google's packages).
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: Headless flags for a closed network: no background fetches, no updates, no sync.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -23,6 +30,48 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 LABELS = ["OK", "Save", "Back", "Next", "Send", "Help", "Menu", "Exit", "Undo", "Open"]
 COLORS = ["#1565c0", "#2e7d32", "#c62828", "#6a1b9a", "#ef6c00", "#37474f"]
+
+
+class ChromiumMissing(ValueError):
+    """No Chromium to render the GUI task's pages in; the message says how to get one."""
+
+
+def find_chromium() -> str:
+    """The Chromium to launch: ``$RLCS_CHROMIUM``; else Debian's; else the first of
+    ``CHROMIUM_NAMES`` on the PATH; else the one Playwright downloaded
+    (``playwright install chromium``). Raises ChromiumMissing when there is none."""
+    named = os.environ.get(CHROMIUM_ENV)
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return named
+        raise ChromiumMissing(
+            f"${CHROMIUM_ENV}={named} is not an executable file: point it at a Chromium or "
+            "Chrome binary, or unset it to use the one installed"
+        )
+    if os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    for name in CHROMIUM_NAMES:
+        if found := shutil.which(name):
+            return found
+    if found := _playwrights_chromium():
+        return found
+    raise ChromiumMissing(
+        "the GUI task renders its pages in Chromium, and none was found: install Debian's "
+        "(`apt-get install chromium`; `make install` does), or Playwright's (`python -m "
+        f"playwright install chromium`), or set {CHROMIUM_ENV} to a Chromium or Chrome binary; "
+        "or leave gui out of data.synthetic.domains"
+    )
+
+
+def _playwrights_chromium() -> str | None:
+    """The Chromium in Playwright's own browser folder, if one was downloaded there."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    with sync_playwright() as pw:
+        path = pw.chromium.executable_path
+    return path if path and os.path.isfile(path) else None
 
 
 #: ``[x, y, width, height]`` of the elements ``#e0`` .. ``#e{n-1}``, in page pixels.
@@ -33,11 +82,12 @@ ELEMENT_RECTS = """n => Array.from({length: n}, (_, i) => {
 
 
 class GuiTask(TaskGenerator):
-    """Needs Debian's Chromium; the browser is started on first use and kept until ``close``."""
+    """Needs a Chromium (``find_chromium``, unless ``executable`` names one); the browser is
+    started on first use and kept until ``close``."""
 
     domain = "gui"
 
-    def __init__(self, size: tuple[int, int] = (112, 112), executable: str = CHROMIUM):
+    def __init__(self, size: tuple[int, int] = (112, 112), executable: str | None = None):
         self.size, self.executable = size, executable
         self._pw = self._browser = self._page = None
 
@@ -45,10 +95,16 @@ class GuiTask(TaskGenerator):
         if self._page is None:
             from playwright.sync_api import sync_playwright
 
+            executable = self.executable or find_chromium()
             self._pw = sync_playwright().start()
-            self._browser = self._pw.chromium.launch(
-                executable_path=self.executable, args=CHROMIUM_ARGS
-            )
+            try:
+                self._browser = self._pw.chromium.launch(
+                    executable_path=executable, args=CHROMIUM_ARGS
+                )
+            except BaseException:
+                self._pw.stop()  # else its driver process outlives the failed launch
+                self._pw = None
+                raise
             self._page = self._browser.new_page(
                 viewport={"width": self.size[0], "height": self.size[1]}
             )

@@ -214,3 +214,28 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
     assert (root / "rl" / demo_ledger.STAGE_DONE).is_file() and (root / "rl" / "hf").is_dir()
     assert second["before"] == first["before"]
     assert "kept from an earlier attempt" in (root / "report.md").read_text()
+
+
+def test_no_chromium_for_the_gui_pages_is_said_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    from rlcs.tasks import gui
+
+    monkeypatch.setenv(gui.CHROMIUM_ENV, str(tmp_path / "no-chromium-here"))
+    monkeypatch.setattr(demo, "run", lambda *a: pytest.fail("the demo started"))
+    root = tmp_path / "demo"
+    assert demo.main(args(root)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlcs demo: $RLCS_CHROMIUM=") and "not an executable file" in err
+    assert not root.exists()
+    # without the GUI domain no browser is needed
+    monkeypatch.setattr(demo, "run", lambda *a: None)
+    assert demo.main(args(root, overrides=["data.synthetic.domains=[math,ocr]"])) == 0
+    # nor for a demo resumed after its data stage finished
+    from rlcs.dashboard import DEMO_MARKER
+
+    resumed = tmp_path / "resumed"
+    (resumed / "data").mkdir(parents=True)
+    (resumed / DEMO_MARKER).write_text("{}")
+    (resumed / "data" / demo_ledger.STAGE_DONE).write_text("{}")
+    assert demo.main(args(resumed, resume=True)) == 0

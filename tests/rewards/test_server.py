@@ -238,10 +238,12 @@ def test_domains_docs_and_metrics(server):
 
 
 def test_the_api_docs_render_in_a_browser_without_internet(server):
-    from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
+    from rlcs.tasks.gui import CHROMIUM_ARGS, ChromiumMissing, find_chromium
 
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
+    try:
+        chromium = find_chromium()
+    except ChromiumMissing as e:
+        pytest.skip(str(e))
     from playwright.sync_api import sync_playwright
 
     base = str(server.base_url).rstrip("/")
@@ -255,7 +257,7 @@ def test_the_api_docs_render_in_a_browser_without_internet(server):
             route.abort()
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()  # no token: the docs are open, as /healthz is
             page.route("**/*", local_only)

@@ -4,7 +4,6 @@ Chromium through Playwright, and a real ``Curriculum`` driven through simulated 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ import pytest
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import Curriculum, curriculum_from_items
 from rlcs.data import Item
-from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
+from rlcs.tasks.gui import CHROMIUM_ARGS, ChromiumMissing, find_chromium
 
 
 class DashboardHarness:
@@ -94,12 +93,14 @@ def dashboard() -> DashboardHarness:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed")
+    try:
+        chromium = find_chromium()
+    except ChromiumMissing as e:
+        pytest.skip(str(e))
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         yield b
         b.close()
 

@@ -158,3 +158,47 @@ def test_a_difficulty_range_per_domain(tmp_path):
     with pytest.raises(ValueError, match="no difficulty range for ocr"):
         build_task_data(tmp_path, sizes=sizes, domains=("math", "ocr"),
                         difficulty={"math": (0.0, 0.2)}, progress=False)  # fmt: skip
+
+
+def _no_chromium_installed(monkeypatch, tmp_path):
+    """A machine with no Chromium anywhere: Debian's path, the PATH, Playwright's folder."""
+    from rlcs.tasks import gui
+
+    monkeypatch.delenv(gui.CHROMIUM_ENV, raising=False)
+    monkeypatch.setattr(gui, "CHROMIUM", str(tmp_path / "usr-bin-chromium"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(gui, "_playwrights_chromium", lambda: None)
+    return gui
+
+
+def test_chromium_is_found_by_the_variable_then_debians_then_the_path(monkeypatch, tmp_path):
+    gui = _no_chromium_installed(monkeypatch, tmp_path)
+    with pytest.raises(gui.ChromiumMissing) as e:
+        gui.find_chromium()
+    for how in ("apt-get install chromium", "playwright install chromium", "RLCS_CHROMIUM",
+                "leave gui out of data.synthetic.domains"):  # fmt: skip
+        assert how in str(e.value)
+    # Ubuntu's and Fedora's name on the PATH
+    bin_dir = tmp_path / "empty-bin"
+    bin_dir.mkdir()
+    on_path = bin_dir / "chromium-browser"
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert gui.find_chromium() == str(on_path)
+    # Debian's comes first
+    debian = Path(gui.CHROMIUM)
+    debian.write_text("#!/bin/sh\n")
+    debian.chmod(0o755)
+    assert gui.find_chromium() == str(debian)
+    # the variable before either; one that names no executable is an error, not a fallback
+    monkeypatch.setenv(gui.CHROMIUM_ENV, str(on_path))
+    assert gui.find_chromium() == str(on_path)
+    on_path.chmod(0o644)
+    with pytest.raises(gui.ChromiumMissing, match=r"\$RLCS_CHROMIUM=.*is not an executable file"):
+        gui.find_chromium()
+
+
+def test_gui_data_without_chromium_stops_with_how_to_get_it(monkeypatch, tmp_path):
+    gui = _no_chromium_installed(monkeypatch, tmp_path)
+    with pytest.raises(gui.ChromiumMissing, match="none was found"):
+        build_task_data(tmp_path / "data", sizes={"rl_train": 2}, domains=("gui",), seed=0)
