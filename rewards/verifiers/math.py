@@ -318,6 +318,51 @@ def _is_word(text: str) -> bool:
 
 #: pi in an answer: ``\\pi`` or the plain word (``pi/6``)
 _PI = re.compile(r"\\pi(?![A-Za-z])|(?<![A-Za-z\\])pi(?![A-Za-z])|π")
+#: ``x = `` or ``\\theta_1 = `` before an angle
+_NAMED = re.compile(r"^(\\?[A-Za-z]+(?:_\{?\w+\}?)?\s*=\s*)(.+)$", re.S)
+_BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
+
+
+def _top_level_parts(s: str) -> list[str]:
+    """``s`` split at the commas outside any bracket or brace."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(s):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    return [*parts, s[start:]]
+
+
+def _encloses(s: str) -> bool:
+    """Whether the bracket that opens ``s`` is the one that closes it (``(1, 2)``, not
+    ``(1) + (2)``)."""
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0:
+            return i == len(s) - 1
+    return False
+
+
+def degrees_to_radians(s: str) -> str:
+    """A normalised answer in degrees (its signs already dropped) read in radians, value by
+    value: ``30, 150`` -> ``\\frac{(30)\\pi}{180}, \\frac{(150)\\pi}{180}``, keeping an outer
+    bracket and a leading ``x =`` of each value (``30 + 360k`` becomes ``pi/6 + 2 pi k``)."""
+    for left, right in _BRACKETS.items():
+        if s.startswith(left) and s.endswith(right) and _encloses(s[len(left) - 1 :]):
+            return left + degrees_to_radians(s[len(left) : -len(right)]) + right
+    out = []
+    for part in _top_level_parts(s):
+        part = part.strip()
+        named = _NAMED.match(part)
+        name, value = (named.group(1), named.group(2)) if named else ("", part)
+        out.append(f"{name}\\frac{{({value.strip()})\\pi}}{{180}}")
+    return ", ".join(out)
 
 
 class MathVerifier(Verifier):
@@ -355,9 +400,9 @@ class MathVerifier(Verifier):
         if deg_pred == deg_gt:
             return None
         if deg_pred and _PI.search(gt):
-            pred = f"\\frac{{({pred})\\pi}}{{180}}"
+            pred = degrees_to_radians(pred)
         elif deg_gt and _PI.search(pred):
-            gt = f"\\frac{{({gt})\\pi}}{{180}}"
+            gt = degrees_to_radians(gt)
         else:
             return None
         verdict = self.compare(pred, gt, rel_tol)

@@ -344,10 +344,33 @@ def test_i_is_the_imaginary_unit_when_that_makes_answers_equal(pred, gt, reward)
         ("30", "\\frac{\\pi}{6}", 0.0),
         ("\\frac{\\pi}{6}", "30", 0.0),
         ("30\\degree", "30", 1.0),  # the sign alone is still dropped
+        # several angles, value by value, in any order, in brackets, named, with a period
+        ("30^\\circ, 150^\\circ", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 1.0),
+        ("\\frac{5\\pi}{6}, \\frac{\\pi}{6}", "30^\\circ, 150^\\circ", 1.0),
+        ("(30^\\circ, 150^\\circ)", "(\\frac{\\pi}{6}, \\frac{5\\pi}{6})", 1.0),
+        ("\\{30^\\circ, 150^\\circ\\}", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 1.0),
+        ("\\theta = 30^\\circ", "\\frac{\\pi}{6}", 1.0),
+        ("\\theta = 30^\\circ, 150^\\circ", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 1.0),
+        ("30^\\circ + 360^\\circ k", "\\frac{\\pi}{6} + 2k\\pi", 1.0),
+        ("30^\\circ, 160^\\circ", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 0.0),
+        ("30^\\circ", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 0.0),
+        ("30, 150", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 0.0),
     ],
 )
 def test_degrees_match_radians_only_where_a_degree_sign_says_so(pred, gt, reward):
     assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+def test_degrees_are_read_in_radians_value_by_value():
+    from rewards.verifiers.math import degrees_to_radians
+
+    assert degrees_to_radians("(30) + (150)") == "\\frac{((30) + (150))\\pi}{180}"  # one value
+    assert degrees_to_radians("x = 30, y = 150") == (
+        "x = \\frac{(30)\\pi}{180}, y = \\frac{(150)\\pi}{180}"
+    )
+    assert degrees_to_radians("[30, f(1, 2)]") == (
+        "[\\frac{(30)\\pi}{180}, \\frac{(f(1, 2))\\pi}{180}]"
+    )
 
 
 def test_a_degree_sign_keeps_its_own_cache_entry():
