@@ -10,6 +10,12 @@ from typing import Any
 import ray
 
 
+def own_error(e: BaseException) -> BaseException:
+    """The exception a remote method raised itself: a ``RayTaskError`` carries it as its
+    ``cause``; any other exception is its own."""
+    return getattr(e, "cause", None) or e
+
+
 class RanksStuck(RuntimeError):
     """A rank failed a collective call and others never finished it (see ``gather_ranks``)."""
 
@@ -43,7 +49,7 @@ def gather_ranks(refs: list[Any], what: str, grace_s: float) -> list[Any]:
     if not pending:
         raise error
     stuck = ", ".join(str(index[r]) for r in pending)
-    cause = getattr(error, "cause", None) or error  # a RayTaskError carries the rank's own
+    cause = own_error(error)
     raise RanksStuck(
         f"learner rank {rank} failed in {what} ({type(cause).__name__}: {cause}), "
         f"and rank(s) {stuck} had not finished it "

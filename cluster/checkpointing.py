@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from actors.rank_calls import RanksStuck
+from actors.rank_calls import RanksStuck, own_error
 from rlcs.config import Config
 
 _TAG = re.compile(r"^step_(\d{8})$")
@@ -102,7 +102,7 @@ class Checkpointer:
         except (ray.exceptions.RayTaskError, RanksStuck) as e:
             # a rank's own error; under RanksStuck, that of the rank the others were stuck on
             failed = e.__cause__ if isinstance(e, RanksStuck) else e
-            cause = getattr(failed, "cause", None) or failed
+            cause = own_error(failed)
             if not isinstance(cause, OSError):
                 raise
             raise SaveFailed(

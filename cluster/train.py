@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
-from actors.rank_calls import RanksStuck
+from actors.rank_calls import RanksStuck, own_error
 from cluster.checkpointing import Checkpointer, SaveFailed, saved_steps
 from cluster.evaluate import EVAL_STEP_OFFSET, evaluate_live
 from cluster.placement import PlacementError
@@ -122,7 +122,7 @@ def restore(ckpt: Checkpointer, roles: Roles, step: int) -> None:
     try:
         ckpt.restore(roles, step)
     except ray.exceptions.RayTaskError as e:
-        cause = getattr(e, "cause", None) or e
+        cause = own_error(e)
         lines = str(cause).strip().splitlines()
         why = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
         raise RunFailed(

@@ -16,6 +16,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
+from actors.rank_calls import own_error
 from rlcs.data import Item, Trajectory
 from rlcs.images import inline_images
 from rlcs.prompts import balance, expected_cost
@@ -225,9 +226,7 @@ class RolloutGroup:
 
 def _engine_died(e: RayTaskError) -> bool:
     """vLLM's engine process died under a live actor: as good as a dead worker."""
-    return type(
-        getattr(e, "cause", None)
-    ).__name__ == "EngineDeadError" or "EngineDeadError" in str(e)
+    return type(own_error(e)).__name__ == "EngineDeadError" or "EngineDeadError" in str(e)
 
 
 def _reason(e: Exception) -> str:

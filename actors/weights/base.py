@@ -216,6 +216,8 @@ class WeightTransport(ABC):
         """``ray.get`` that names the rollout worker which failed, as a ``WeightSyncError``."""
         import ray
 
+        from actors.rank_calls import own_error
+
         try:
             return ray.get(refs, timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError as e:
@@ -232,7 +234,7 @@ class WeightTransport(ABC):
                     break
                 except ray.exceptions.GetTimeoutError:
                     continue
-            cause = getattr(e, "cause", None) or e
+            cause = own_error(e)
             raise WeightSyncError(f"rollout worker {index} failed to {what}: {cause}") from e
 
     def use_workers(self, workers: Sequence[Any], ids: Sequence[int]) -> None:

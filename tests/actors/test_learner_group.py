@@ -354,3 +354,14 @@ def test_a_rank_that_fails_while_the_others_wait_in_a_collective_ends_the_call(r
     finally:
         for a in ranks:
             ray.kill(a)
+
+
+def test_own_error_is_what_the_remote_method_raised():
+    from ray.exceptions import RayTaskError
+
+    from actors.rank_calls import own_error
+
+    full = OSError(28, "No space left on device")
+    assert own_error(RayTaskError("save_checkpoint", "Traceback ...", full)) is full
+    plain = ValueError("a driver-side error")
+    assert own_error(plain) is plain
