@@ -55,15 +55,25 @@ endif
 # Debian packages: Chromium for the browser tests and the GUI task generator (Playwright cannot
 # download its own browser here), and tcmalloc, which vLLM CPU's engine is run with (four times
 # faster weight reloads; see rollout.cpu_allocator).
+# Any Chromium the GUI tasks find will do (rlcs/tasks/gui.py: $$RLCS_CHROMIUM, or one on the
+# PATH); without apt-get nothing is installed and a note says what goes without.
 browser:
 	@missing=""; \
-	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	[ -n "$$RLCS_CHROMIUM" ] || command -v chromium chromium-browser google-chrome google-chrome-stable \
+		>/dev/null 2>&1 || missing="$$missing chromium"; \
 	[ -n "$$(ls /usr/lib/*/libtcmalloc_minimal.so.4 /usr/lib64/libtcmalloc_minimal.so.4 2>/dev/null)" ] || \
 		missing="$$missing libtcmalloc-minimal4"; \
-	[ -z "$$missing" ] || { \
+	if [ -n "$$missing" ] && ! command -v apt-get >/dev/null 2>&1; then \
+		echo "==> no apt-get on this host: not installing$$missing (README: Installing)"; \
+		case "$$missing" in *chromium*) echo "    without a Chromium the GUI tasks stop and say how to" \
+			"get one, and the browser tests are skipped";; esac; \
+		case "$$missing" in *tcmalloc*) echo "    without tcmalloc vLLM CPU's engine uses the system" \
+			"allocator";; esac; \
+	elif [ -n "$$missing" ]; then \
 		echo "==> installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 demo: install
 	$(RUN) $(BIN)/rlcs demo
