@@ -230,7 +230,7 @@ def _letter(tok: str) -> sympy.Expr:
     return sympy.E if tok == "e" else sympy.Symbol(tok)
 
 
-def _split_top(s: str, sep: str) -> list[str]:
+def split_top(s: str, sep: str) -> list[str]:
     """Split on ``sep`` outside (), [], {} (``\\{`` counts as a bracket)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(s):
@@ -279,13 +279,13 @@ def parse(s: str) -> sympy.Basic:
     s = s.strip()
     if not s:
         raise Unsupported("empty")
-    pieces = _split_top(s, "\\cup")
+    pieces = split_top(s, "\\cup")
     if len(pieces) > 1:
         return sympy.Union(*(parse(p) for p in pieces), evaluate=False)
     if s.startswith("\\{") and s.endswith("\\}"):
-        return sympy.FiniteSet(*(_one(x) for x in _split_top(s[2:-2], ",")))
+        return sympy.FiniteSet(*(_one(x) for x in split_top(s[2:-2], ",")))
     if s[0] in "([" and s[-1] in ")]":
-        items = _split_top(s[1:-1], ",")
+        items = split_top(s[1:-1], ",")
         if len(items) == 2:
             lo, hi = _one(items[0]), _one(items[1])
             left_open, right_open = s[0] == "(", s[-1] == ")"
@@ -294,7 +294,7 @@ def parse(s: str) -> sympy.Basic:
             return sympy.Interval(lo, hi, left_open=left_open, right_open=right_open)
         if len(items) > 2 and s[0] == "(" and s[-1] == ")":
             return sympy.Tuple(*(_one(x) for x in items))
-    items = _split_top(s, ",")
+    items = split_top(s, ",")
     if len(items) > 1:
         return sympy.FiniteSet(*(_one(x) for x in items))
     return _one(s)

@@ -21,6 +21,7 @@ import sympy
 
 from rewards.base import NAN_TRUTH, Verdict, Verifier, text_truth_problem
 from rewards.verifiers import math_parse as mp
+from rewards.verifiers.latex_fast import split_top
 
 DEFAULT_REL_TOL = 1e-6
 
@@ -323,20 +324,6 @@ _NAMED = re.compile(r"^(\\?[A-Za-z]+(?:_\{?\w+\}?)?\s*=\s*)(.+)$", re.S)
 _BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 
 
-def _top_level_parts(s: str) -> list[str]:
-    """``s`` split at the commas outside any bracket or brace."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(s):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(s[start:i])
-            start = i + 1
-    return [*parts, s[start:]]
-
-
 def _encloses(s: str) -> bool:
     """Whether the bracket that opens ``s`` is the one that closes it (``(1, 2)``, not
     ``(1) + (2)``)."""
@@ -357,7 +344,7 @@ def degrees_to_radians(s: str) -> str:
         if s.startswith(left) and s.endswith(right) and _encloses(s[len(left) - 1 :]):
             return left + degrees_to_radians(s[len(left) : -len(right)]) + right
     out = []
-    for part in _top_level_parts(s):
+    for part in split_top(s, ","):
         part = part.strip()
         named = _NAMED.match(part)
         name, value = (named.group(1), named.group(2)) if named else ("", part)
