@@ -344,7 +344,7 @@ def test_i_is_the_imaginary_unit_when_that_makes_answers_equal(pred, gt, reward)
         ("30", "\\frac{\\pi}{6}", 0.0),
         ("\\frac{\\pi}{6}", "30", 0.0),
         ("30\\degree", "30", 1.0),  # the sign alone is still dropped
-        # several angles, value by value, in any order, in brackets, named, with a period
+        # several angles, value by value: any order, brackets or a set, named, plus whole turns
         ("30^\\circ, 150^\\circ", "\\frac{\\pi}{6}, \\frac{5\\pi}{6}", 1.0),
         ("\\frac{5\\pi}{6}, \\frac{\\pi}{6}", "30^\\circ, 150^\\circ", 1.0),
         ("(30^\\circ, 150^\\circ)", "(\\frac{\\pi}{6}, \\frac{5\\pi}{6})", 1.0),
