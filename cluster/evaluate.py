@@ -67,12 +67,13 @@ def evaluate_live(
     (which hold the learner's latest weights), scored on its reward pool. With ``samples``, also
     that many answers per item at ``temperature`` (seeded by ``step``): each domain's
     ``sampled_pass_rate`` and ``pass_at_k``, as `rlcs eval --samples` gives them."""
+    from actors.reward import EVAL_OPTIONS
     from cluster.rl_iteration import score
 
     by_id = {it.id: it for it in items}
 
-    def scored(trajs: list) -> list[dict[str, Any]]:  # on the run's reward pool
-        score(roles.rewards, trajs, by_id, timeout_s)
+    def scored(trajs: list) -> list[dict[str, Any]]:  # on the run's reward pool, unshaped
+        score(roles.rewards, trajs, by_id, timeout_s, EVAL_OPTIONS)
         detail = [(t.reward, t.reward_detail.get("error"), t.reward_detail.get("extracted"))
                   for t in trajs]  # fmt: skip
         return answer_records(trajs, by_id, detail)

@@ -48,13 +48,22 @@ def timed(timings: dict[str, float], phase: str):
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
 
 
-def score(rewards: Any, trajs: list[Trajectory], items: dict[str, Item], timeout_s: float) -> None:
-    """Score every trajectory on the reward pool, in place."""
+def score(
+    rewards: Any,
+    trajs: list[Trajectory],
+    items: dict[str, Item],
+    timeout_s: float,
+    options: dict[str, Any] | None = None,
+) -> None:
+    """Score every trajectory on the reward pool, in place; ``options`` (each item's verifier
+    options, over the pool's defaults) as ``actors.reward.EVAL_OPTIONS`` for held-out answers."""
+    extra = {"options": dict(options)} if options else {}
     requests = [
         {
             "domain": items[t.item_id].domain,
             "response": t.response,
             "answer": items[t.item_id].answer,
+            **extra,
         }
         for t in trajs
     ]

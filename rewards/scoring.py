@@ -110,6 +110,7 @@ _NUMBER_OPTIONS = {
     "point_radius": (0.0, None, False),
     "max_repetition": (0.0, 1.0, False),
     "max_language_mix": (0.0, 1.0, False),
+    "position_shaping": (0.0, 1.0, True),
 }
 _BOOL_OPTIONS = ("partial_credit", "penalize_extra_boxes")
 
@@ -139,6 +140,8 @@ def option_problem(options: Mapping[str, Any]) -> str | None:
     for name in _BOOL_OPTIONS:
         if name in options and not isinstance(options[name], bool):
             return f"option {name!r} must be true or false, got {_short(options[name])}"
+    if options.get("partial_credit") is True and _as_number(options.get("position_shaping", 0)):
+        return "options 'partial_credit' and 'position_shaping' do not go together: choose one"
     if "timeout_s" in options:
         return timeout_problem(options["timeout_s"])
     return None

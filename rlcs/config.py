@@ -291,6 +291,18 @@ class Config(Section):
                 "of a prompt are all one answer, so every advantage is 0 and nothing is learnt; "
                 "sample (1.0 per the recipe; held-out evaluations stay greedy)"
             )
+        shaping = self.reward.position_shaping
+        if shaping and shaping >= self.curriculum.success_threshold:
+            raise ValueError(
+                f"reward.position_shaping={shaping:g} reaches curriculum.success_threshold="
+                f"{self.curriculum.success_threshold:g}: a shaped miss would count as a success "
+                "in the curriculum's pass rates; keep it below the threshold"
+            )
+        if shaping and self.reward.gui_partial_credit:
+            raise ValueError(
+                "reward.position_shaping and reward.gui_partial_credit do not go together: "
+                "choose one (both score a wrong GUI position above 0)"
+            )
         if flash and lc.grpo.share_prompts:
             raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")
         return self

@@ -82,6 +82,16 @@ class RewardConfig(Section):
     math_rel_tol: float = Field(1e-6, ge=0.0)
     iou_threshold: float = Field(0.5, gt=0.0, lt=1.0)
     gui_partial_credit: bool = False
+    position_shaping: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Training only: a grounding or GUI answer whose position misses scores this "
+        "times its closeness to the target (a Gaussian of the offset from the target's centre in "
+        "units of its size) instead of 0, so nearer misses rank above far ones in their group; "
+        "only a hit scores 1. 0 (the default) is the recipe's binary rule; held-out evaluation "
+        "and grading always score without it. Keep it below curriculum.success_threshold.",
+    )
     max_repetition: float = Field(
         0.5,
         ge=0.0,

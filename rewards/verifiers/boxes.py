@@ -8,6 +8,7 @@ separated by commas or spaces. Anything else is a parse error, never an exceptio
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -107,3 +108,18 @@ def from_json(value: Any) -> Any:
         except (ValueError, RecursionError):
             return value
     return value
+
+
+def centre(box: tuple[float, float, float, float]) -> tuple[float, float]:
+    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+
+
+def closeness(
+    point: tuple[float, float], target: tuple[float, float], sx: float, sy: float
+) -> float:
+    """How near ``point`` is to ``target``: ``exp(-((dx / sx)^2 + (dy / sy)^2) / 2)``, 1 on it,
+    0.61 one scale away along an axis, 0.14 two scales away. The shaped rewards of
+    ``position_shaping`` take the scales from the target's size."""
+    dx = (point[0] - target[0]) / max(sx, 1.0)
+    dy = (point[1] - target[1]) / max(sy, 1.0)
+    return math.exp(-0.5 * (dx * dx + dy * dy))

@@ -4,6 +4,13 @@ IoU > tau (default 0.5). See ``boxes.py`` for the box format.
 Predicting many boxes to cover everything is the obvious hack: by default the denominator is
 ``max(#ground truth, #predicted)``, so extra boxes cost reward. ``penalize_extra_boxes=False``
 gives the paper's plain ``matched / #ground truth``.
+
+``position_shaping=w`` (0 by default, the paper's rule) shapes a reward below 1 for training:
+``r + (1 - r) * w * c``, where ``c`` is the mean, over the ground-truth boxes, of the nearest
+predicted box centre's ``closeness`` (a Gaussian of its offset from the truth's centre in
+units of the truth's width and height, ``boxes.py``). A box in the next cell of a grid then
+scores more than one across the image, while only a match scores 1. Held-out evaluation and
+grading score without it.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rewards.base import Verdict, Verifier
-from rewards.verifiers.boxes import BoxError, from_json, iou_matrix, parse_boxes
+from rewards.verifiers.boxes import BoxError, centre, closeness, from_json, iou_matrix, parse_boxes
 
 DEFAULT_IOU = 0.5
 
@@ -65,4 +72,18 @@ class GroundingVerifier(Verifier):
         denominator = len(gt)
         if options.get("penalize_extra_boxes", True):
             denominator = max(len(gt), len(pred))
-        return Verdict(matched / denominator, None, f"{matched}/{len(gt)} matched")
+        reward, detail = matched / denominator, f"{matched}/{len(gt)} matched"
+        shaping = float(options.get("position_shaping", 0.0))
+        if shaping > 0.0 and reward < 1.0:
+            near = shaped_closeness(pred, gt)
+            reward += (1.0 - reward) * shaping * near
+            detail += f", shaped (closeness {near:.2f})"
+        return Verdict(reward, None, detail)
+
+
+def shaped_closeness(pred: list, gt: list) -> float:
+    """The mean over ``gt`` of the nearest predicted centre's closeness to its centre."""
+    centres = [centre(p) for p in pred]
+    return sum(
+        max(closeness(c, centre(g), g[2] - g[0], g[3] - g[1]) for c in centres) for g in gt
+    ) / len(gt)

@@ -9,6 +9,12 @@ target element's box: ``{"action": "click", "box": [480, 280, 560, 330]}``.
 - Text, key, direction and app arguments must match exactly after normalisation.
 - Binary by default; ``partial_credit=True`` gives ``(1 + arguments right) / (1 + arguments)``
   once the action type is right.
+- ``position_shaping=w`` (0 by default; not with ``partial_credit``) shapes a miss for
+  training: when the action type and every text argument are right and only a position is
+  wrong, the reward is ``w`` times the mean ``closeness`` of the positions (1 for a right one;
+  a Gaussian of the offset from the target's centre in units of the target box's width and
+  height, or of ``point_radius``), so a click near the element scores more than one across the
+  page, and only a hit scores 1. Held-out evaluation and grading score without it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rewards.base import Verdict, Verifier
-from rewards.verifiers.boxes import BoxError, check_box, check_point, iou_matrix
+from rewards.verifiers.boxes import BoxError, centre, check_box, check_point, closeness, iou_matrix
 
 ACTIONS = {
     "click": ("target",),
@@ -117,6 +123,17 @@ def _position_ok(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mappin
     return math.dist((px, py), gv) <= radius
 
 
+def _closeness(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mapping) -> float:
+    """``boxes.closeness`` of a predicted position to the target: scaled by the target box's
+    width and height, or by ``point_radius`` for a target point."""
+    (pk, pv), (gk, gv) = pred, gt
+    at = pv if pk == "point" else centre(pv)
+    if gk == "box":
+        return closeness(at, centre(gv), gv[2] - gv[0], gv[3] - gv[1])
+    radius = float(options.get("point_radius", DEFAULT_POINT_RADIUS))
+    return closeness(at, gv, radius, radius)
+
+
 def _norm_text(v: Any) -> str:
     return " ".join(str(v).split())
 
@@ -166,7 +183,7 @@ class GUIVerifier(Verifier):
             return Verdict(0.0, "parse", str(e))
         if pred["action"] != gt["action"]:
             return Verdict(0.0, None, f"action {pred['action']} != {gt['action']}")
-        checks, wrong = 0, []
+        checks, wrong, near = 0, [], []
         for arg in ACTIONS[gt["action"]]:
             try:
                 if arg in _POSITIONAL:
@@ -175,6 +192,9 @@ class GUIVerifier(Verifier):
                         continue
                     got = _target(pred, arg)
                     ok = got is not None and _position_ok(got, want, options)
+                    near.append(
+                        1.0 if ok else 0.0 if got is None else _closeness(got, want, options)
+                    )
                 elif arg in gt:
                     norm = _NORMALIZERS[arg]
                     got = _argument(pred.get(arg))
@@ -189,6 +209,10 @@ class GUIVerifier(Verifier):
         if not wrong:
             return Verdict(1.0)
         detail = "wrong: " + ", ".join(wrong)
+        shaping = float(options.get("position_shaping", 0.0))
+        if shaping > 0.0 and all(a in _POSITIONAL for a in wrong):
+            shaped = sum(near) / len(near)
+            return Verdict(shaping * shaped, None, f"{detail}, shaped (closeness {shaped:.2f})")
         if options.get("partial_credit", False):
             return Verdict((1 + checks - len(wrong)) / (1 + checks), None, detail)
         return Verdict(0.0, None, detail)

@@ -97,3 +97,29 @@ def test_a_waiting_retry_does_not_hold_back_the_shards_behind_it():
     # no actor has room: nothing is placed
     assert pool._place([retry, fresh], load=[1, 1]) is None
     assert pool._place([], load=[0, 0]) is None
+
+
+def test_training_options_shape_and_eval_options_undo_them(ray_local):
+    """A run's pool scores its rollouts with ``position_shaping``; the held-out answers it
+    scores with ``EVAL_OPTIONS`` get the verifiers' own binary reward."""
+    from actors.reward import EVAL_OPTIONS, RewardActorPool
+    from cluster.rl_iteration import score
+    from rlcs.config import load_config
+    from rlcs.data import Item, Trajectory
+
+    cfg = load_config(None, ["reward.position_shaping=0.4", "reward.num_actors=1"])
+    pool = RewardActorPool.from_config(cfg.reward)
+    try:
+        item = Item(id="g", domain="gui", prompt="Click OK.",
+                    answer={"action": "click", "box": [400, 400, 600, 500]})  # fmt: skip
+        miss = '{"action":"click","point":[500,550]}'  # one box height below the centre
+        by_id = {"g": item}
+        train = [Trajectory("g", GLM.format(miss), [], [], "stop")]
+        held = [Trajectory("g", GLM.format(miss), [], [], "stop")]
+        score(pool, train, by_id, 5.0)
+        score(pool, held, by_id, 5.0, EVAL_OPTIONS)
+        assert train[0].reward == pytest.approx(0.4 * 0.6065, abs=1e-4)
+        assert "shaped" in train[0].reward_detail["detail"]
+        assert held[0].reward == 0.0 and held[0].reward_detail["detail"] == "wrong: target"
+    finally:
+        pool.shutdown()

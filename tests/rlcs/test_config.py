@@ -284,3 +284,23 @@ def test_image_check_off_is_read_as_written(tmp_path):
     assert cfg.data.image_check == "off"
     assert load_config(write_resolved(cfg, tmp_path / "run")).data.image_check == "off"
     assert load_config(None, ["model.tiny=text"]).data.image_check == "decode"
+
+
+TINY = CONFIGS / "tiny-vlm.yaml"
+
+
+def test_position_shaping_is_training_only_and_below_the_success_threshold():
+    from actors.reward import EVAL_OPTIONS, options_from_config
+
+    cfg = load_config(TINY, ["reward.position_shaping=0.4"])
+    assert options_from_config(cfg.reward, training=True)["position_shaping"] == 0.4
+    assert "position_shaping" not in options_from_config(cfg.reward)  # eval and grading
+    assert EVAL_OPTIONS == {"position_shaping": 0.0}
+    assert "position_shaping" not in options_from_config(load_config(TINY).reward, training=True)
+    with pytest.raises(ConfigError, match=r"position_shaping=0\.5 reaches curriculum\.success"):
+        load_config(TINY, ["reward.position_shaping=0.5"])
+    assert load_config(TINY, ["reward.position_shaping=0.5", "curriculum.success_threshold=0.6"])
+    with pytest.raises(ConfigError, match="position_shaping and reward.gui_partial_credit"):
+        load_config(TINY, ["reward.position_shaping=0.2", "reward.gui_partial_credit=true"])
+    with pytest.raises(ConfigError, match=r"reward\.position_shaping: Input should be less than 1"):
+        load_config(TINY, ["reward.position_shaping=1"])
