@@ -6,11 +6,11 @@ Predicting many boxes to cover everything is the obvious hack: by default the de
 gives the paper's plain ``matched / #ground truth``.
 
 ``position_shaping=w`` (0 by default, the paper's rule) shapes a reward below 1 for training:
-``r + (1 - r) * w * c``, where ``c`` is the mean, over the ground-truth boxes, of the nearest
-predicted box centre's ``closeness`` (a Gaussian of its offset from the truth's centre in
-units of the truth's width and height, ``boxes.py``). A box in the next cell of a grid then
-scores more than one across the image, while only a match scores 1. Held-out evaluation and
-grading score without it.
+``r + (1 - r) * w * c``, where ``c`` sums, over the ground-truth boxes, the nearest predicted
+box centre's ``closeness`` (a Gaussian of its offset from the truth's centre in units of the
+truth's width and height, ``boxes.py``), divided by the same denominator as the matches. A
+box in the next cell of a grid then scores more than one across the image, while only a match
+scores 1. Held-out evaluation and grading score without it.
 """
 
 from __future__ import annotations
@@ -75,15 +75,17 @@ class GroundingVerifier(Verifier):
         reward, detail = matched / denominator, f"{matched}/{len(gt)} matched"
         shaping = float(options.get("position_shaping", 0.0))
         if shaping > 0.0 and reward < 1.0:
-            near = shaped_closeness(pred, gt)
+            near = shaped_closeness(pred, gt, denominator)
             reward += (1.0 - reward) * shaping * near
             detail += f", shaped (closeness {near:.2f})"
         return Verdict(reward, None, detail)
 
 
-def shaped_closeness(pred: list, gt: list) -> float:
-    """The mean over ``gt`` of the nearest predicted centre's closeness to its centre."""
+def shaped_closeness(pred: list, gt: list, denominator: int) -> float:
+    """The nearest predicted centre's closeness to each ``gt`` box's centre, summed over
+    ``gt`` and divided by the strict rule's ``denominator``: with ``penalize_extra_boxes``,
+    boxes sprayed over the image earn no more shaped reward than they earn matches."""
     centres = [centre(p) for p in pred]
     return sum(
         max(closeness(c, centre(g), g[2] - g[0], g[3] - g[1]) for c in centres) for g in gt
-    ) / len(gt)
+    ) / denominator

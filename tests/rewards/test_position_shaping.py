@@ -82,6 +82,16 @@ def test_grounding_shapes_only_what_the_matches_leave():
     assert shaped == pytest.approx(0.5 + 0.5 * W * near)
 
 
+def test_boxes_sprayed_over_the_image_earn_less_than_one_near_miss():
+    spray = " ".join(f"[{x},{y},{x + 100},{y + 100}]" for x in range(0, 900, 150) for y in (0, 450))
+    one_near = G.verify("[517,517,874,874]", SHAPE, {"position_shaping": W}).reward
+    sprayed = G.verify(spray, SHAPE, {"position_shaping": W})
+    assert sprayed.reward < one_near / 4
+    # the paper's plain ratio divides by the truth alone, its shaping too
+    plain = G.verify(spray, SHAPE, {"position_shaping": W, "penalize_extra_boxes": False})
+    assert sprayed.reward < plain.reward < W
+
+
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
