@@ -86,6 +86,7 @@ def shaped_closeness(pred: list, gt: list, denominator: int) -> float:
     ``gt`` and divided by the strict rule's ``denominator``: with ``penalize_extra_boxes``,
     boxes sprayed over the image earn no more shaped reward than they earn matches."""
     centres = [centre(p) for p in pred]
-    return sum(
-        max(closeness(c, centre(g), g[2] - g[0], g[3] - g[1]) for c in centres) for g in gt
-    ) / denominator
+    return (
+        sum(max(closeness(c, centre(g), g[2] - g[0], g[3] - g[1]) for c in centres) for g in gt)
+        / denominator
+    )
