@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -107,7 +108,8 @@ def test_training_options_shape_and_eval_options_undo_them(ray_local):
     from rlcs.config import load_config
     from rlcs.data import Item, Trajectory
 
-    cfg = load_config(None, ["reward.position_shaping=0.4", "reward.num_actors=1"])
+    tiny = Path(__file__).resolve().parents[2] / "configs" / "tiny-vlm.yaml"
+    cfg = load_config(tiny, ["reward.position_shaping=0.4", "reward.num_actors=1"])
     pool = RewardActorPool.from_config(cfg.reward)
     try:
         item = Item(id="g", domain="gui", prompt="Click OK.",
