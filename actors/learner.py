@@ -221,15 +221,16 @@ class Learner:
         t0 = time.perf_counter()
         grpo = self.config.learner.grpo
         stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
+        passes = grpo.epochs if step.objective == "policy" else 1
         if step.objective == "policy":
             stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
             # With one optimizer step per call the update is on-policy: the old logprobs are
             # the training forward's own, detached, and the extra forward pass is skipped.
-            if len(step.minis) > 1:
+            if len(step.minis) * passes > 1:
                 self._fill_logprobs(step, "old_logprobs", self.engine, raw_key="old_logprobs_raw")
             if self.ref_model is not None:
                 self._fill_logprobs(step, "ref_logprobs", self.ref_model)
-        for mini, n_micro in zip(step.minis, step.num_micro, strict=True):
+        for mini, n_micro in [m for _ in range(passes) for m in zip(step.minis, step.num_micro)]:
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None
             while len(runs) < n_micro:
@@ -253,7 +254,7 @@ class Learner:
             norm = self.engine.get_global_grad_norm()
             stats["grad_norm"] = float(norm) if norm is not None else float("nan")
         stats["step_s"] = time.perf_counter() - t0
-        stats["optimizer_steps"] = float(len(step.minis))
+        stats["optimizer_steps"] = float(len(step.minis) * passes)
         stats.update({k: float(v) for k, v in step.info.items()})
         return stats
 

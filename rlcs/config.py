@@ -266,7 +266,7 @@ class Config(Section):
         not at an unrelated 100); flash-attention needs CUDA and bf16."""
         lc = self.learner
         if self.stage == "rl" and "steps" not in lc.model_fields_set:
-            lc.steps = self.run.iterations * lc.grpo.mini_batches
+            lc.steps = self.run.iterations * lc.grpo.mini_batches * lc.grpo.epochs
             lc.model_fields_set.discard("steps")  # still derived: see ``resolved``
         flash = lc.attn_implementation.startswith("flash")
         if flash and (self.cluster.device != "cuda" or lc.precision != "bf16"):

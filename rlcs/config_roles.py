@@ -235,7 +235,16 @@ class GRPOConfig(Section):
     )
     kl_coef: float = Field(0.0, ge=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
-    mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration.")
+    mini_batches: int = Field(
+        1, ge=1, description="Optimizer steps per pass over an iteration's trajectories."
+    )
+    epochs: int = Field(
+        1,
+        ge=1,
+        description="Passes over each iteration's trajectories (PPO epochs), each of "
+        "grpo.mini_batches optimizer steps; past the first, the clipped ratio is taken against "
+        "the logprobs the learner computed before its first step.",
+    )
     skip_zero_advantage: bool = Field(
         True,
         description="Leave samples of advantage 0 (every sample of a group whose rewards are "
@@ -279,7 +288,8 @@ class LearnerConfig(Section):
         32,
         ge=1,
         description="Pretraining and SFT: examples an optimizer step. RL's batch is "
-        "run.prompts_per_iteration groups of rollout.n rollouts (over grpo.mini_batches steps).",
+        "run.prompts_per_iteration groups of rollout.n rollouts (over grpo.mini_batches steps, "
+        "grpo.epochs times).",
     )
     micro_batch: int = Field(1, ge=1)
     steps: int = Field(
@@ -287,7 +297,7 @@ class LearnerConfig(Section):
         ge=1,
         description="Optimizer steps for pretrain/SFT; in every stage also where lr_schedule's "
         "decay reaches 0. Unset in RL: the run's optimizer steps, run.iterations x "
-        "grpo.mini_batches.",
+        "grpo.mini_batches x grpo.epochs.",
     )
     freeze: list[str] = Field(
         default_factory=list,

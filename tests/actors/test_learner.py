@@ -246,6 +246,35 @@ def test_policy_logprobs_are_tempered_and_compared_raw(vlm_learner, tmp_path, mi
         vlm_learner.load_checkpoint(tmp_path, "start")
 
 
+def test_epochs_pass_over_the_batch_again(vlm_learner, tmp_path):
+    """``grpo.epochs: 2`` takes a second optimizer step on the same trajectories, its ratio
+    against the logprobs computed before the first: the first step is the one-epoch update."""
+    cfg = vlm_learner.config
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    trajs = rl_batch(vlm_learner)
+    before = _weighted_logprob(vlm_learner, trajs)
+    try:
+        one = vlm_learner.train_step("rl", trajs)
+        after_one = _weighted_logprob(vlm_learner, trajs)
+        vlm_learner.load_checkpoint(tmp_path, "start")
+        assert _weighted_logprob(vlm_learner, trajs) == pytest.approx(before, abs=1e-6)
+        cfg.learner.grpo.epochs = 2
+        two = vlm_learner.train_step("rl", trajs)
+        after_two = _weighted_logprob(vlm_learner, trajs)
+    finally:
+        cfg.learner.grpo.epochs = 1
+        vlm_learner.load_checkpoint(tmp_path, "start")
+    assert one["optimizer_steps"] == 1 and two["optimizer_steps"] == 2
+    assert two["tokens"] == 2 * one["tokens"]
+    assert abs(one["loss"]) < 1e-5  # the on-policy first step: ratio 1, loss -mean(A) = 0
+    assert after_one > before + 0.1
+    # the second pass sees the first step's ratios (this test's learning rate moves them past
+    # the clip range), and moves the weights again
+    assert one["clipped"] == 0 and two["clipped"] > 0
+    assert abs(two["loss"]) > 1e-3
+    assert abs(after_two - after_one) > 1e-3, (before, after_one, after_two)
+
+
 def test_vlm_packing_matches_each_document_alone(vlm_learner):
     """Two image documents and a text one packed in one row give their stand-alone logits."""
     from actors.learner_batches import pretrain_documents

@@ -167,6 +167,8 @@ def test_rl_lr_horizon_is_the_runs_optimizer_steps_unless_set(tmp_path):
     fixed = write_resolved(load_config(None, [*base, "learner.steps=40"]), tmp_path / "fixed")
     assert yaml.safe_load(fixed.read_text())["learner"]["steps"] == 40
     assert load_config(fixed, ["run.iterations=10"]).learner.steps == 40
+    # PPO epochs pass over each iteration's batch again: more optimizer steps in the horizon
+    assert load_config(None, [*base, "learner.grpo.epochs=3"]).learner.steps == 36
 
 
 def test_an_unknown_key_names_the_nearest_known_one(tmp_path):
