@@ -230,7 +230,8 @@ class Learner:
                 self._fill_logprobs(step, "old_logprobs", self.engine, raw_key="old_logprobs_raw")
             if self.ref_model is not None:
                 self._fill_logprobs(step, "ref_logprobs", self.ref_model)
-        for mini, n_micro in [m for _ in range(passes) for m in zip(step.minis, step.num_micro)]:
+        minis = list(zip(step.minis, step.num_micro, strict=True)) * passes
+        for mini, n_micro in minis:
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None
             while len(runs) < n_micro:
