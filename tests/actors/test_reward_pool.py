@@ -110,7 +110,8 @@ def test_training_options_shape_and_eval_options_undo_them(ray_local):
 
     tiny = Path(__file__).resolve().parents[2] / "configs" / "tiny-vlm.yaml"
     cfg = load_config(tiny, ["reward.position_shaping=0.4", "reward.num_actors=1"])
-    pool = RewardActorPool.from_config(cfg.reward)
+    # no CPU of its own: the module's two-actor pool holds both of this Ray's CPUs
+    pool = RewardActorPool.from_config(cfg.reward, actor_options={"num_cpus": 0})
     try:
         item = Item(id="g", domain="gui", prompt="Click OK.",
                     answer={"action": "click", "box": [400, 400, 600, 500]})  # fmt: skip
