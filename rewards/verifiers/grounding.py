@@ -5,12 +5,13 @@ Predicting many boxes to cover everything is the obvious hack: by default the de
 ``max(#ground truth, #predicted)``, so extra boxes cost reward. ``penalize_extra_boxes=False``
 gives the paper's plain ``matched / #ground truth``.
 
-``position_shaping=w`` (0 by default, the paper's rule) shapes a reward below 1 for training:
-``r + (1 - r) * w * c``, where ``c`` sums, over the ground-truth boxes, the nearest predicted
-box centre's ``closeness`` (a Gaussian of its offset from the truth's centre in units of the
-truth's width and height, ``boxes.py``), divided by the same denominator as the matches. A
-box in the next cell of a grid then scores more than one across the image, while only a match
-scores 1. Held-out evaluation and grading score without it.
+``position_shaping=w`` (0 by default, the paper's rule) shapes an answer that matches no box,
+for training: it scores ``w * c``, where ``c`` sums, over the ground-truth boxes, the nearest
+predicted box centre's ``closeness`` (a Gaussian of its offset from the truth's centre in units
+of the truth's width and height, ``boxes.py``), divided by the same denominator as the matches.
+A box in the next cell of a grid then scores more than one across the image, and a shaped
+answer scores below ``w``; an answer with a match keeps its ratio. Held-out evaluation and
+grading score without it.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ class GroundingVerifier(Verifier):
             denominator = max(len(gt), len(pred))
         reward, detail = matched / denominator, f"{matched}/{len(gt)} matched"
         shaping = float(options.get("position_shaping", 0.0))
-        if shaping > 0.0 and reward < 1.0:
+        if shaping > 0.0 and matched == 0:
             near = shaped_closeness(pred, gt, denominator)
-            reward += (1.0 - reward) * shaping * near
+            reward = shaping * near
             detail += f", shaped (closeness {near:.2f})"
         return Verdict(reward, None, detail)
 

@@ -72,14 +72,15 @@ def test_grounding_hit_scores_one_and_neighbouring_cells_score_more_than_far_one
     assert beside.reward == pytest.approx(W * math.exp(-0.5 * (249.5 / 356) ** 2))
 
 
-def test_grounding_shapes_only_what_the_matches_leave():
+def test_grounding_shapes_only_answers_without_a_match():
     gt = [[0, 0, 100, 100], [500, 500, 600, 600]]
-    pred = "[0,0,100,100] [500,620,600,720]"  # one match, one box a box's height below
-    strict = G.verify(pred, gt, {}).reward
-    shaped = G.verify(pred, gt, {"position_shaping": W}).reward
-    near = (1.0 + math.exp(-0.5 * 1.2**2)) / 2
-    assert strict == 0.5
-    assert shaped == pytest.approx(0.5 + 0.5 * W * near)
+    opts = {"position_shaping": W}
+    # one match: the ratio as it is, so a shaped answer never reaches a partial match's score
+    assert G.verify("[0,0,100,100] [500,620,600,720]", gt, opts).reward == 0.5
+    # no match: each truth's nearest centre, one box height and one far away
+    near = G.verify("[0,120,100,220] [500,620,600,720]", gt, opts)
+    assert near.reward == pytest.approx(W * 2 * math.exp(-0.5 * 1.2**2) / 2)
+    assert near.reward < W
 
 
 def test_boxes_sprayed_over_the_image_earn_less_than_one_near_miss():
