@@ -49,13 +49,11 @@ class RewardActorImpl:
 RewardActor = ray.remote(RewardActorImpl)
 
 
-def options_from_config(cfg: Any, *, training: bool = False) -> dict[str, Any]:
+def options_from_config(cfg: Any) -> dict[str, Any]:
     """Default verifier options from an ``rlcs.config.RewardConfig`` (duck-typed: ``actors``
-    may import ``rlcs``, but this keeps the pool usable with a plain object too).
-
-    ``training``: the options a run's rollouts are scored with, which add the training-only
-    ``position_shaping``; evaluation and grading score by the verifiers' own rules."""
-    out = {
+    may import ``rlcs``, but this keeps the pool usable with a plain object too): the
+    verifiers' own rules, which held-out evaluation and grading score by."""
+    return {
         "format": cfg.format,
         "rel_tol": cfg.math_rel_tol,
         "iou_threshold": cfg.iou_threshold,
@@ -63,14 +61,13 @@ def options_from_config(cfg: Any, *, training: bool = False) -> dict[str, Any]:
         "max_repetition": cfg.max_repetition,
         "max_language_mix": cfg.max_language_mix,
     }
-    if training and getattr(cfg, "position_shaping", 0.0):
-        out["position_shaping"] = cfg.position_shaping
-    return out
 
 
-#: the per-item options that undo the training-only ones of ``options_from_config``: held-out
-#: answers scored on a run's own reward pool pass them
-EVAL_OPTIONS = {"position_shaping": 0.0}
+def training_options(cfg: Any) -> dict[str, Any]:
+    """The per-item options a run's rollouts are scored with over the pool's defaults
+    (``options_from_config``): the training-only ``position_shaping`` when it is on."""
+    shaping = getattr(cfg, "position_shaping", 0.0)
+    return {"position_shaping": shaping} if shaping else {}
 
 
 class RewardActorPool:
@@ -116,13 +113,12 @@ class RewardActorPool:
 
     @classmethod
     def from_config(cls, cfg: Any, **kwargs: Any) -> RewardActorPool:
-        """A training run's pool from ``rlcs.config.RewardConfig`` (its training-only options
-        included: score held-out answers with ``EVAL_OPTIONS`` as the items' options)."""
+        """Build from ``rlcs.config.RewardConfig``."""
         return cls.create(
             cfg.num_actors,
             cfg.processes_per_actor,
             timeout_s=cfg.timeout_s,
-            defaults=options_from_config(cfg, training=True),
+            defaults=options_from_config(cfg),
             custom_domains=cfg.custom_domains,
             **kwargs,
         )

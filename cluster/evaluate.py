@@ -67,13 +67,12 @@ def evaluate_live(
     (which hold the learner's latest weights), scored on its reward pool. With ``samples``, also
     that many answers per item at ``temperature`` (seeded by ``step``): each domain's
     ``sampled_pass_rate`` and ``pass_at_k``, as `rlcs eval --samples` gives them."""
-    from actors.reward import EVAL_OPTIONS
     from cluster.rl_iteration import score
 
     by_id = {it.id: it for it in items}
 
-    def scored(trajs: list) -> list[dict[str, Any]]:  # on the run's reward pool, unshaped
-        score(roles.rewards, trajs, by_id, timeout_s, EVAL_OPTIONS)
+    def scored(trajs: list) -> list[dict[str, Any]]:  # on the run's reward pool
+        score(roles.rewards, trajs, by_id, timeout_s)
         detail = [(t.reward, t.reward_detail.get("error"), t.reward_detail.get("extracted"))
                   for t in trajs]  # fmt: skip
         return answer_records(trajs, by_id, detail)
@@ -135,13 +134,9 @@ def score_trajectories(
     under the verifier ``options`` a run's reward pool gets (``options_from_config``: the
     response format, tolerances, partial credit)."""
     import rewards
+    from cluster.rl_iteration import reward_requests
 
-    extra = {"options": dict(options)} if options else {}
-    return rewards.score_batch(
-        [{"domain": by_id[t.item_id].domain, "response": t.response,
-          "answer": by_id[t.item_id].answer, **extra} for t in trajs],
-        timeout_s=timeout_s,
-    )  # fmt: skip
+    return rewards.score_batch(reward_requests(trajs, by_id, options), timeout_s=timeout_s)
 
 
 def answer_items(

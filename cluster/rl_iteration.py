@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 import ray
 
+from actors.reward import training_options
 from actors.weights import WeightSyncError
 from rewards import degenerate
 from rewards.base import is_unscorable
@@ -48,25 +50,26 @@ def timed(timings: dict[str, float], phase: str):
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
 
 
+def reward_requests(
+    trajs: list[Trajectory], items: dict[str, Item], options: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """One verifier request per trajectory: its item's domain and answer, its response, and
+    ``options`` when there are any."""
+    extra = {"options": dict(options)} if options else {}
+    return [{"domain": items[t.item_id].domain, "response": t.response,
+             "answer": items[t.item_id].answer, **extra} for t in trajs]  # fmt: skip
+
+
 def score(
     rewards: Any,
     trajs: list[Trajectory],
     items: dict[str, Item],
     timeout_s: float,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Score every trajectory on the reward pool, in place; ``options`` (each item's verifier
-    options, over the pool's defaults) as ``actors.reward.EVAL_OPTIONS`` for held-out answers."""
-    extra = {"options": dict(options)} if options else {}
-    requests = [
-        {
-            "domain": items[t.item_id].domain,
-            "response": t.response,
-            "answer": items[t.item_id].answer,
-            **extra,
-        }
-        for t in trajs
-    ]
+    """Score every trajectory on the reward pool, in place; ``options``, each item's verifier
+    options over the pool's defaults (``actors.reward.training_options`` for rollouts)."""
+    requests = reward_requests(trajs, items, options)
     for t, res in zip(trajs, rewards.score(requests, timeout_s=timeout_s), strict=True):
         t.reward = float(res.reward)
         t.reward_detail = {
@@ -140,7 +143,7 @@ def generate_round(
     with timed(timings, "generate"):
         trajs = roles.rollout.generate([items[i] for i in ids], step=iteration)
     with timed(timings, "reward"):
-        score(roles.rewards, trajs, items, cfg.reward.timeout_s)
+        score(roles.rewards, trajs, items, cfg.reward.timeout_s, training_options(cfg.reward))
     # a rollout that could not be scored says nothing of the item or the policy: under
     # reward.unscorable "drop" it leaves its group (a group left empty is not reported)
     scored = [t for t in trajs if counts(cfg, t)]

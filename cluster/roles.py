@@ -83,7 +83,7 @@ def start_roles(
             ).remote(
                 cfg.reward.processes_per_actor,
                 cfg.reward.timeout_s,
-                options_from_config(cfg.reward, training=True),
+                options_from_config(cfg.reward),
                 dict(cfg.reward.custom_domains),
             )
             for i in range(cfg.reward.num_actors)

@@ -119,8 +119,7 @@ def _position_ok(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mappin
         return gv[0] <= pv[0] <= gv[2] and gv[1] <= pv[1] <= gv[3]
     if gk == "box" and pk == "box":
         return bool(iou_matrix([pv], [gv])[0, 0] > tau)
-    px, py = pv if pk == "point" else ((pv[0] + pv[2]) / 2, (pv[1] + pv[3]) / 2)
-    return math.dist((px, py), gv) <= radius
+    return math.dist(pv if pk == "point" else centre(pv), gv) <= radius
 
 
 def _closeness(pred: tuple[str, tuple], gt: tuple[str, tuple], options: Mapping) -> float:

@@ -100,10 +100,10 @@ def test_a_waiting_retry_does_not_hold_back_the_shards_behind_it():
     assert pool._place([], load=[0, 0]) is None
 
 
-def test_training_options_shape_and_eval_options_undo_them(ray_local):
-    """A run's pool scores its rollouts with ``position_shaping``; the held-out answers it
-    scores with ``EVAL_OPTIONS`` get the verifiers' own binary reward."""
-    from actors.reward import EVAL_OPTIONS, RewardActorPool
+def test_rollouts_are_shaped_and_held_out_answers_are_not(ray_local):
+    """A run's pool scores its rollouts with ``training_options`` (``position_shaping``); the
+    held-out answers it scores with its defaults get the verifiers' own binary reward."""
+    from actors.reward import RewardActorPool, training_options
     from cluster.rl_iteration import score
     from rlcs.config import load_config
     from rlcs.data import Item, Trajectory
@@ -119,8 +119,8 @@ def test_training_options_shape_and_eval_options_undo_them(ray_local):
         by_id = {"g": item}
         train = [Trajectory("g", GLM.format(miss), [], [], "stop")]
         held = [Trajectory("g", GLM.format(miss), [], [], "stop")]
-        score(pool, train, by_id, 5.0)
-        score(pool, held, by_id, 5.0, EVAL_OPTIONS)
+        score(pool, train, by_id, 5.0, training_options(cfg.reward))
+        score(pool, held, by_id, 5.0)
         assert train[0].reward == pytest.approx(0.4 * 0.6065, abs=1e-4)
         assert "shaped" in train[0].reward_detail["detail"]
         assert held[0].reward == 0.0 and held[0].reward_detail["detail"] == "wrong: target"

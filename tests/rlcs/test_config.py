@@ -292,13 +292,12 @@ TINY = CONFIGS / "tiny-vlm.yaml"
 
 
 def test_position_shaping_is_training_only_and_below_the_success_threshold():
-    from actors.reward import EVAL_OPTIONS, options_from_config
+    from actors.reward import options_from_config, training_options
 
     cfg = load_config(TINY, ["reward.position_shaping=0.4"])
-    assert options_from_config(cfg.reward, training=True)["position_shaping"] == 0.4
-    assert "position_shaping" not in options_from_config(cfg.reward)  # eval and grading
-    assert EVAL_OPTIONS == {"position_shaping": 0.0}
-    assert "position_shaping" not in options_from_config(load_config(TINY).reward, training=True)
+    assert training_options(cfg.reward) == {"position_shaping": 0.4}  # the rollouts'
+    assert "position_shaping" not in options_from_config(cfg.reward)  # the pool's, eval, grading
+    assert training_options(load_config(TINY).reward) == {}
     with pytest.raises(ConfigError, match=r"position_shaping=0\.5 reaches curriculum\.success"):
         load_config(TINY, ["reward.position_shaping=0.5"])
     assert load_config(TINY, ["reward.position_shaping=0.5", "curriculum.success_threshold=0.6"])
