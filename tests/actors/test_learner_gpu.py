@@ -53,7 +53,7 @@ def test_shared_prompts_keep_each_rollouts_logprobs_on_a_gpu(
     explicit tree mask (SDPA's CUDA kernels), and each rollout's logprobs match those of one
     document a rollout, to rounding (TF32 convolutions in fp32; bf16's 8-bit mantissa)."""
     from actors.learner import Learner
-    from tests.actors.test_learner import rl_batch
+    from tests.actors.learner_helpers import rl_batch
     from tests.actors.test_share_prompts import both_ways
 
     cfg = _config(tiny_vlm, zero=2, precision=precision).model_copy(update={"stage": "rl"})

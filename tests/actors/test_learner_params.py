@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from actors.learner import Learner
-from tests.actors.test_learner import _config, pretrain_batch
+from tests.actors.learner_helpers import _config, pretrain_batch
 
 
 def test_frozen_parameters_do_not_move(tiny_vlm):

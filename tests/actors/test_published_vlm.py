@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from actors.learner import Learner
-from tests.actors.test_learner import _config, _image, rl_batch
+from tests.actors.learner_helpers import _config, _image, rl_batch
 
 #: The keys of GLM-4.1V-9B-Thinking's preprocessor_config.json (sizes are the tiny model's).
 PUBLISHED_KEYS = ("size", "do_rescale", "patch_size", "temporal_patch_size", "merge_size",

@@ -9,7 +9,7 @@ import torch
 from actors.learner import Learner
 from actors.learner_batches import prepare_step
 from rlcs.config import Config
-from tests.actors.test_learner import _config, rl_batch
+from tests.actors.learner_helpers import _config, rl_batch
 
 
 @pytest.fixture(scope="module")

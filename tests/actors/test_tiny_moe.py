@@ -11,7 +11,7 @@ import torch
 
 from actors.learner import Learner
 from rlcs.config import Config
-from tests.actors.test_learner import _config, _image, pretrain_batch, rl_batch, sft_batch
+from tests.actors.learner_helpers import _config, _image, pretrain_batch, rl_batch, sft_batch
 
 
 def test_the_tiny_moe_model_has_glm45vs_layout(tiny_vlm_moe):

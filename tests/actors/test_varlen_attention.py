@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from actors.learner import Learner
 from rlcs.config import Config
 from rlcs.packing import Document, collate
-from tests.actors.test_learner import _config, _image
+from tests.actors.learner_helpers import _config, _image
 
 REFERENCE = "rlcs_varlen_reference"
 
