@@ -281,6 +281,38 @@ def test_an_items_samples_share_one_prefill(tiny_vlm, shapes_image, tmp_path, mo
     assert len({tuple(t.token_ids) for t in shared}) > 3  # sampled, not one answer per item
 
 
+def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image, tmp_path):
+    """On CPU the engine loads its model with SDPA over the grouped key/value heads as they
+    are (the tiny VLM has 4 query heads to 2): the same rollouts as transformers' own "sdpa",
+    which copies the heads out first."""
+    from actors.rollout import RolloutWorkerImpl
+    from actors.rollout.hf_engine import CPU_ATTENTION
+
+    shapes_image.save(tmp_path / "a.png")
+    items = [
+        {"id": "i1", "domain": "vqa", "prompt": "What shapes?", "images": ["a.png"]},
+        {"id": "t1", "domain": "math", "prompt": "Add 12 and 30, then halve it."},
+    ]
+    worker = RolloutWorkerImpl(
+        str(tiny_vlm),
+        dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=7),
+    )
+    model = worker.engine.model
+    assert (
+        model.config.text_config.num_key_value_heads < model.config.text_config.num_attention_heads
+    )
+    assert model.config._attn_implementation == CPU_ATTENTION
+    ours = worker.generate(items, step=1, base_dir=str(tmp_path), temperature=1.0)
+    model.set_attn_implementation("sdpa")
+    assert model.config._attn_implementation == "sdpa"
+    theirs = worker.generate(items, step=1, base_dir=str(tmp_path), temperature=1.0)
+    assert len(ours) == len(theirs) == 6
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.token_ids == b.token_ids and a.item_id == b.item_id
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+    assert len({tuple(t.token_ids) for t in ours}) > 2  # sampled, long enough to differ
+
+
 def _sampler(temps, top_ps=None, suppress=None, seeds=None, stop_ids=(0,), rule=None, steps=4):
     from actors.rollout.engine import GenRequest
     from actors.rollout.hf_engine import _RowSampler
