@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from actors.rollout.engine import GenRequest, GenResult
 from actors.weights.receiver import StagedWeights
@@ -69,6 +70,59 @@ def _register_cpu_attention() -> None:
 
     AttentionInterface.register(CPU_ATTENTION, _sdpa_gqa)
     AttentionMaskInterface.register(CPU_ATTENTION, sdpa_mask)  # the masks "sdpa" gets
+
+
+class _GrowingLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views of buffers with ``room`` tokens to spare:
+    a step writes its keys and values into them, where transformers' DynamicLayer concatenates
+    the whole cache anew every step. That copy grows with the cache; it was a fifth of the
+    demo's generation time (benchmarks/hf_generate.py, docs/rollout.md)."""
+
+    def __init__(self, room: int):
+        super().__init__()
+        self.room = room
+        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, q = self.get_seq_length(), key_states.shape[-2]
+        buf = self.buffers
+        # new buffers when these are full, or when the keys are no longer views of them
+        # (batch_select_indices and the like replace the keys)
+        if (
+            buf is None
+            or buf[0].shape[-2] < n + q
+            or (
+                n
+                and (self.keys.data_ptr(), self.keys.shape[0])
+                != (buf[0].data_ptr(), buf[0].shape[0])
+            )
+        ):
+            shape = (*key_states.shape[:-2], n + q + self.room, key_states.shape[-1])
+            buf = (key_states.new_empty(shape), value_states.new_empty(shape))
+            if n:
+                buf[0][..., :n, :] = self.keys
+                buf[1][..., :n, :] = self.values
+            self.buffers = buf
+        buf[0][..., n : n + q, :] = key_states
+        buf[1][..., n : n + q, :] = value_states
+        self.keys, self.values = buf[0][..., : n + q, :], buf[1][..., : n + q, :]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self.buffers = None
+        super().reset()
+
+
+class _GrowingCache(DynamicCache):
+    """transformers' DynamicCache with :class:`_GrowingLayer` layers (models without sliding
+    windows: the decoders the HF engine serves)."""
+
+    def __init__(self, num_layers: int, room: int):
+        Cache.__init__(self, layers=[_GrowingLayer(room) for _ in range(num_layers)])
 
 
 def _is_glm4v(model_path: str) -> bool:
@@ -200,10 +254,13 @@ class HFEngine:
             kwargs["mm_token_type_ids"] = (types * mask).to(self.device)
         max_new = rule.max_tokens if rule else max(r.max_tokens for r in reqs)
         sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule)
+        shared = None
         if with_images and self.share_prefill:
-            shared = self._prefill_shared(reqs, ids, mask, kwargs["mm_token_type_ids"])
-            if shared is not None:  # the prompts and images are in the cache
-                kwargs = {"attention_mask": kwargs["attention_mask"], "past_key_values": shared}
+            shared = self._prefill_shared(reqs, ids, mask, kwargs["mm_token_type_ids"], max_new)
+        if shared is not None:  # the prompts and images are in the cache
+            kwargs = {"attention_mask": kwargs["attention_mask"], "past_key_values": shared}
+        else:
+            kwargs["past_key_values"] = self._cache(max_new)
         seqs = self.model.generate(
             ids.to(self.device),
             max_new_tokens=max_new,
@@ -235,8 +292,18 @@ class HFEngine:
             )
         return results
 
+    def _cache(self, max_new: int) -> _GrowingCache:
+        """An empty KV cache for a batch that samples up to ``max_new`` tokens a row."""
+        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
+        return _GrowingCache(layers, room=max_new + 1)
+
     def _prefill_shared(
-        self, reqs: list[GenRequest], ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+        self,
+        reqs: list[GenRequest],
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        types: torch.Tensor,
+        max_new: int,
     ) -> Any:
         """Prefill each distinct prompt of an image batch once (the ``n`` samples of an item
         share one) and return the KV cache laid out row by row, or None when no two rows share.
@@ -264,6 +331,7 @@ class HFEngine:
             pixel_values=pixel_values.to(dev),
             image_grid_thw=grid.to(dev),
             mm_token_type_ids=types[sel.to(types.device), :-1],
+            past_key_values=self._cache(max_new),
             use_cache=True,
             logits_to_keep=1,
         )

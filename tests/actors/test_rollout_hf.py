@@ -313,6 +313,51 @@ def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image
     assert len({tuple(t.token_ids) for t in ours}) > 2  # sampled, long enough to differ
 
 
+def test_growing_kv_cache_gives_dynamic_caches_rollouts(
+    tiny_vlm, shapes_image, tmp_path, monkeypatch
+):
+    """The engine's KV cache writes each step into buffers with room to spare: the same tokens
+    and logprobs as transformers' DynamicCache, which concatenates, with and without the
+    shared prefill (whose batch_select_indices replaces the buffers' views), text and image."""
+    from actors.rollout import RolloutWorkerImpl
+    from actors.rollout.hf_engine import HFEngine, _GrowingCache
+
+    shapes_image.save(tmp_path / "a.png")
+    items = [
+        {"id": "i1", "domain": "vqa", "prompt": "What shapes?", "images": ["a.png"]},
+        {"id": "t1", "domain": "math", "prompt": "Add 12 and 30, then halve it."},
+    ]
+    worker = RolloutWorkerImpl(
+        str(tiny_vlm),
+        dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=9),
+    )
+    caches = []
+    real = HFEngine._cache
+
+    def recording(self, max_new):
+        caches.append(real(self, max_new))
+        return caches[-1]
+
+    monkeypatch.setattr(HFEngine, "_cache", recording)
+    runs = {}
+    for share in (True, False):
+        worker.engine.share_prefill = share
+        runs[share, "growing"] = worker.generate(items, step=1, base_dir=str(tmp_path))
+    assert caches and all(isinstance(c, _GrowingCache) for c in caches)
+    assert all(layer.buffers is not None for c in caches for layer in c.layers[:1])
+    monkeypatch.setattr(HFEngine, "_cache", lambda self, max_new: None)  # transformers' own
+    for share in (True, False):
+        worker.engine.share_prefill = share
+        runs[share, "dynamic"] = worker.generate(items, step=1, base_dir=str(tmp_path))
+    for share in (True, False):
+        ours, theirs = runs[share, "growing"], runs[share, "dynamic"]
+        assert len(ours) == len(theirs) == 6
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.token_ids == b.token_ids
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    assert max(len(t.token_ids) for t in runs[True, "growing"]) > 4
+
+
 def _sampler(temps, top_ps=None, suppress=None, seeds=None, stop_ids=(0,), rule=None, steps=4):
     from actors.rollout.engine import GenRequest
     from actors.rollout.hf_engine import _RowSampler
