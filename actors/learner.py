@@ -180,6 +180,11 @@ class Learner:
         t = self.config.rollout.temperature
         return t if self.config.learner.grpo.tempered_logprobs and t > 0 else 1.0
 
+    def _engine_logprob_temperature(self) -> float:
+        """The temperature of the logprobs the engines report (rollout.logprobs)."""
+        ro = self.config.rollout
+        return ro.temperature if ro.logprobs == "tempered" and ro.temperature > 0 else 1.0
+
     @torch.no_grad()
     def _fill_logprobs(
         self, step: RankStep, key: str, model: Any, raw_key: str | None = None
@@ -222,16 +227,21 @@ class Learner:
         grpo = self.config.learner.grpo
         stats = dict(loss=0.0, tokens=0.0, clipped=0.0, grad_norm=0.0)
         passes = grpo.epochs if step.objective == "policy" else 1
+        from_rollout = False  # the rollouts' logprobs as the old ones (policy, several steps)
         if step.objective == "policy":
             stats.update(logprob_mismatch_sum=0.0, logprob_mismatch_tokens=0.0)
             # With one optimizer step per call the update is on-policy: the old logprobs are
-            # the training forward's own, detached, and the extra forward pass is skipped.
-            if len(step.minis) * passes > 1:
+            # the training forward's own, detached, and the extra forward pass is skipped. With
+            # more, they are the learner's before its first step, or the rollouts' own
+            # (grpo.old_logprobs=rollout), which skips that pass too.
+            multi = len(step.minis) * passes > 1
+            from_rollout = multi and grpo.old_logprobs == "rollout"
+            if multi and not from_rollout:
                 self._fill_logprobs(step, "old_logprobs", self.engine, raw_key="old_logprobs_raw")
             if self.ref_model is not None:
                 self._fill_logprobs(step, "ref_logprobs", self.ref_model)
         minis = list(zip(step.minis, step.num_micro, strict=True)) * passes
-        for mini, n_micro in minis:
+        for opt_step, (mini, n_micro) in enumerate(minis):
             runs = [(rows, 1.0) for rows in mini]
             filler = mini[0] if mini else None
             while len(runs) < n_micro:
@@ -241,7 +251,15 @@ class Learner:
                     b = self._filler_batch(step.objective)
                 else:
                     b, _ = self._collate(step.docs, rows)
-                loss, info = self._micro_loss(b, step.objective, grpo)
+                loss, info = self._micro_loss(
+                    b,
+                    step.objective,
+                    grpo,
+                    from_rollout=from_rollout,
+                    # the learner's logprobs before any update, against the engine's: with the
+                    # rollouts' as old logprobs, only the first step's forward has them
+                    measure=not from_rollout or opt_step == 0,
+                )
                 self.engine.backward(loss * scale * self.world_size, scale_wrt_gas=False)
                 if scale:
                     stats["loss"] += float(loss.detach())
@@ -269,7 +287,12 @@ class Learner:
         return self._collate([Document([self.pad_id] * 2, zeros, extras=extras)], [[0]])[0]
 
     def _micro_loss(
-        self, b: dict[str, Any], objective: str, grpo: Any
+        self,
+        b: dict[str, Any],
+        objective: str,
+        grpo: Any,
+        from_rollout: bool = False,
+        measure: bool = True,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         dev = self.engine.device
         logits = self._logits(self.engine, b)
@@ -284,21 +307,28 @@ class Learner:
         logits = tempered_logits(logits, temp)
         lp = token_logprobs(logits, targets)
         ent = token_entropy(logits) if grpo.entropy_coef > 0 else None
-        old = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()
-        if "rollout_logprobs" in b:
-            # The learner's and the engine's logprobs of the sampled tokens, same weights, both
-            # raw (the engines report pre-temperature logprobs): they agree to float noise
-            # unless the learner sees something else than the engine did (another prompt, a
-            # missing image, a stale sync). Forced tokens (0.0) and masked ones are left out.
-            if temp == 1.0:
-                raw = old
-            elif "old_logprobs_raw" in b:
-                raw = b["old_logprobs_raw"].to(dev)
+        if "old_logprobs" in b:
+            old = b["old_logprobs"].to(dev)
+        elif from_rollout:
+            old = b["rollout_logprobs"].to(dev)
+        else:
+            old = lp.detach()
+        if "rollout_logprobs" in b and measure:
+            # The learner's logprobs of the sampled tokens before the update and the engine's,
+            # same weights, both at the temperature the engines report them at (raw by
+            # default): they agree to float noise unless the learner sees something else than
+            # the engine did (another prompt, a missing image, a stale sync). Forced tokens
+            # (0.0) and masked ones are left out.
+            engine_temp = self._engine_logprob_temperature()
+            if engine_temp == temp:
+                mine = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()
+            elif engine_temp == 1.0 and "old_logprobs_raw" in b:
+                mine = b["old_logprobs_raw"].to(dev)
             else:
-                raw = token_logprobs(raw_logits.detach(), targets)
+                mine = token_logprobs(tempered_logits(raw_logits.detach(), engine_temp), targets)
             roll = b["rollout_logprobs"].to(dev)
             seen = active & (roll != 0)
-            info["logprob_mismatch_sum"] = float((raw - roll).abs()[seen].sum())
+            info["logprob_mismatch_sum"] = float((mine - roll).abs()[seen].sum())
             info["logprob_mismatch_tokens"] = float(seen.sum())
         terms = ppo_clip_terms(
             lp,

@@ -200,6 +200,12 @@ def rl_documents(
             raise ValueError(f"trajectory of item {_get(t, 'item_id')!r} has no response tokens")
         rollout_lp = list(_get(t, "logprobs", None) or [])
         if len(rollout_lp) != len(resp):
+            if grpo.old_logprobs == "rollout" and grpo.mini_batches * grpo.epochs > 1:
+                raise ValueError(
+                    f"trajectory of item {_get(t, 'item_id')!r} has {len(rollout_lp)} logprobs "
+                    f"for {len(resp)} response tokens, but learner.grpo.old_logprobs=rollout "
+                    "takes them as the policy's old logprobs"
+                )
             rollout_lp = [0.0] * len(resp)  # unknown: no mismatch figure for this one
         # The forced "</think><answer>" tokens of a force-answered rollout were appended, not
         # sampled: the policy is not trained on them (a sampled token can have logprob 0.0 too)

@@ -303,9 +303,36 @@ class Config(Section):
                 "reward.position_shaping and reward.gui_partial_credit do not go together: "
                 "choose one (both score a wrong GUI position above 0)"
             )
+        self._check_old_logprobs()
         if flash and lc.grpo.share_prompts:
             raise ValueError("learner.grpo.share_prompts needs attn_implementation sdpa or eager")
         return self
+
+    def _check_old_logprobs(self) -> None:
+        """Rollout logprobs as PPO's old logprobs must be of the distribution the learner's
+        policy is: tempered exactly when the learner tempers (at a temperature other than 1)."""
+        grpo, ro = self.learner.grpo, self.rollout
+        if ro.logprobs == "tempered" and ro.top_p < 1.0:
+            raise ValueError(
+                f"rollout.logprobs=tempered with rollout.top_p={ro.top_p:g}: vLLM's processed "
+                "logprobs are then renormalised over the nucleus, the HF engine's and the "
+                "learner's are not; use top_p 1.0 (the recipe's) or rollout.logprobs=raw"
+            )
+        if grpo.old_logprobs != "rollout" or ro.temperature in (0.0, 1.0):
+            return
+        want = "tempered" if grpo.tempered_logprobs else "raw"
+        if ro.logprobs != want:
+            policy = (
+                f"the logits over rollout.temperature={ro.temperature:g}"
+                if grpo.tempered_logprobs
+                else "the raw logits (learner.grpo.tempered_logprobs is false)"
+            )
+            raise ValueError(
+                f"learner.grpo.old_logprobs=rollout takes the rollouts' logprobs as the policy's "
+                f"old logprobs, and the policy is {policy}, but the engines report "
+                f"rollout.logprobs={ro.logprobs}: set rollout.logprobs={want} (or "
+                "learner.grpo.old_logprobs=recompute)"
+            )
 
     @property
     def run_dir(self) -> Path:

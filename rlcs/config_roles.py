@@ -55,6 +55,13 @@ class RolloutConfig(Section):
     hf_batch_size: int = Field(
         64, ge=1, description="hf engine: sequences generated together (left-padded)."
     )
+    logprobs: Literal["raw", "tempered"] = Field(
+        "raw",
+        description="The logprob the engines report with each sampled token: of the raw "
+        "logits ('raw', vLLM's default), or of the distribution sampled from, the logits over "
+        "the request's temperature ('tempered'; vLLM's processed_logprobs, which needs top_p "
+        "1.0). learner.grpo.old_logprobs=rollout needs the learner's policy distribution.",
+    )
     cpu_allocator: Literal["tcmalloc", "system"] = Field(
         "tcmalloc",
         description="vLLM CPU engine's malloc: tcmalloc (Debian libtcmalloc-minimal4), "
@@ -251,6 +258,17 @@ class GRPOConfig(Section):
         "equal) out of the learner's passes when no KL or entropy term is on: they add nothing "
         "to the gradient, and the loss is still normalised over the whole batch. Their "
         "learner-vs-engine logprob comparison (logprob_mismatch) is then not made.",
+    )
+    old_logprobs: Literal["recompute", "rollout"] = Field(
+        "recompute",
+        description="Where the clipped ratio's old logprobs come from when an iteration makes "
+        "more than one optimizer step (mini_batches or epochs above 1): a forward pass of the "
+        "learner over the batch before its first step ('recompute'), or the rollouts' own, "
+        "as the engine reported them ('rollout'), which saves that pass. The engine's "
+        "numerics then enter the ratio (logprob_mismatch shows by how much), and its logprobs "
+        "must be of the policy's distribution: rollout.logprobs 'tempered' with "
+        "tempered_logprobs at a temperature other than 1. With one step an iteration the "
+        "update is on-policy and neither is needed.",
     )
     tempered_logprobs: bool = Field(
         True,

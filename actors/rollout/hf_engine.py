@@ -4,7 +4,8 @@ The tiny GLM-4.1V-architecture VLM runs here. Requests are generated in left-pad
 (``batch_size`` at a time, similar lengths together), and every row samples from its own
 seeded generator inside a logits processor, so a rollout's tokens depend on its seed and its
 own logits only, not on which other requests share its batch (up to the last float bit of
-batched matmuls). Logprobs are the raw, pre-temperature ones, as vLLM reports by default.
+batched matmuls). Logprobs are the raw, pre-temperature ones, as vLLM reports by default, or
+with ``logprobs="tempered"`` those of the distribution sampled from.
 
 Given the worker's :class:`~rlcs.prompts.BudgetRule`, the same processor also applies the
 think/answer budgets token by token (forcing ``</think><answer>``, ending a row whose budget is
@@ -142,6 +143,7 @@ class HFEngine:
         device: str | None = None,
         batch_size: int = 64,
         share_prefill: bool = True,
+        logprobs: str = "raw",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -149,6 +151,9 @@ class HFEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
+        if logprobs not in ("raw", "tempered"):
+            raise ValueError(f"logprobs must be 'raw' or 'tempered', got {logprobs!r}")
+        self.tempered = logprobs == "tempered"
         # an image prompt's n samples prefilled once (same tokens; 1.3-1.5x faster generation
         # of the demo's rollouts, benchmarks/hf_generate.py)
         self.share_prefill = share_prefill
@@ -253,7 +258,7 @@ class HFEngine:
                 types[b, width - len(r.extra_ids) :] = 0
             kwargs["mm_token_type_ids"] = (types * mask).to(self.device)
         max_new = rule.max_tokens if rule else max(r.max_tokens for r in reqs)
-        sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule)
+        sampler = _RowSampler(reqs, self.suppress, self.stop_ids, max_new, rule, self.tempered)
         shared = None
         if with_images and self.share_prefill:
             shared = self._prefill_shared(reqs, ids, mask, kwargs["mm_token_type_ids"], max_new)
@@ -391,6 +396,8 @@ class _RowSampler:
     Every row draws from its own seeded stream of uniforms (inverse-CDF sampling at the row's
     temperature and top_p; 0 temperature is argmax), so a row's tokens do not depend on the
     other rows of its batch, and all rows are sampled in a few batched tensor operations.
+    With ``tempered`` the logprobs are those of the distribution sampled from (the logits over
+    the row's temperature; a greedy row's are raw).
 
     With a :class:`BudgetRule` it asks the rule first: a forced token is taken with logprob 0.0
     (chosen by the budget, not sampled: the worker's convention), and a row whose budget is
@@ -403,8 +410,10 @@ class _RowSampler:
         stop_ids: list[int],
         max_new_tokens: int,
         rule: BudgetRule | None = None,
+        tempered: bool = False,
     ):
         self.reqs = reqs
+        self.tempered = tempered
         self.suppress = suppress
         self.rule = rule
         self.stops = set(stop_ids)
@@ -446,7 +455,12 @@ class _RowSampler:
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         raw = scores.float().cpu()
-        logp = torch.log_softmax(raw, -1)
+        if self.tempered:
+            logp = torch.log_softmax(
+                raw / torch.where(self.temps > 0, self.temps, 1.0)[:, None], -1
+            )
+        else:
+            logp = torch.log_softmax(raw, -1)
         logits = raw.clone()
         if self.suppress:
             logits[:, self.suppress] = float("-inf")

@@ -198,6 +198,7 @@ class VLLMEngine:
         max_model_len: int | None = None,
         kv_cache_gib: float | None = None,
         cpu_allocator: str = "tcmalloc",
+        logprobs: str = "raw",
         **llm_kwargs: Any,
     ):
         from vllm import LLM
@@ -207,6 +208,11 @@ class VLLMEngine:
             model_path, seed, dtype, gpu_memory_utilization, tensor_parallel_size, sleep_mode,
             max_model_len, kv_cache_gib,
         )  # fmt: skip
+        if logprobs not in ("raw", "tempered"):
+            raise ValueError(f"logprobs must be 'raw' or 'tempered', got {logprobs!r}")
+        # tempered: the logprobs of the distribution sampled from (after temperature; the
+        # banned placeholders' bias moves them by those tokens' tiny mass)
+        kwargs["logprobs_mode"] = "processed_logprobs" if logprobs == "tempered" else "raw_logprobs"
         in_process = kwargs.get("distributed_executor_backend") == "uni"
         preload_cpu_allocator(cpu_allocator, in_process)
         self.sleep_mode = kwargs["enable_sleep_mode"]
@@ -228,7 +234,7 @@ class VLLMEngine:
         self.image_token_id = image_token_id(tok)
         # A sampled image/video placeholder would be taken for an image slot (by the engine's
         # processor in a continuation, by the learner's count of image tokens), so none is
-        # sampled, as in the HF engine; vLLM's logprobs stay those of the raw logits.
+        # sampled, as in the HF engine; raw logprobs stay those of the unbiased logits.
         vocab = tok.get_vocab()
         self.banned = {vocab[t]: -100.0 for t in (IMAGE_PLACEHOLDER, "<|video|>") if t in vocab}
 

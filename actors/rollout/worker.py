@@ -76,7 +76,7 @@ class RolloutWorkerImpl:
         )
         self.rule = BudgetRule(self.budget, self.think_close, tuple(self.force_ids))
         self._step = 0
-        common = dict(stop_ids=self.stop_ids, dtype=dtype)
+        common = dict(stop_ids=self.stop_ids, dtype=dtype, logprobs=self.cfg.logprobs)
         if self.cfg.engine == "vllm":
             from actors.rollout.vllm_engine import VLLMEngine
 

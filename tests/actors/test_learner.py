@@ -196,6 +196,70 @@ def test_epochs_pass_over_the_batch_again(vlm_learner, tmp_path):
     assert abs(after_two - after_one) > 1e-3, (before, after_one, after_two)
 
 
+def test_rollout_logprobs_can_be_the_old_logprobs(vlm_learner, tmp_path, monkeypatch):
+    """``grpo.old_logprobs: rollout`` takes the clipped ratio's old logprobs from the rollouts
+    (tempered, as the engines then report them) instead of a learner pass before the first
+    step: with the learner's own logprobs in the rollouts it is the same update, without that
+    pass; the engine comparison is made on the first step, before any update."""
+    from actors.learner_batches import prepare_step
+
+    cfg = vlm_learner.config
+    vlm_learner.save_checkpoint(tmp_path, "start")
+    fills = []
+    real_fill = type(vlm_learner)._fill_logprobs
+
+    def counting(self, step, key, *args, **kwargs):
+        fills.append(key)
+        return real_fill(self, step, key, *args, **kwargs)
+
+    monkeypatch.setattr(type(vlm_learner), "_fill_logprobs", counting)
+    cfg.rollout.temperature, cfg.learner.grpo.epochs = 0.5, 2
+    try:
+        trajs = rl_batch(vlm_learner)
+        step = prepare_step("rl", trajs, cfg, vlm_learner.tokenizer, vlm_learner.processor)[0]
+        vlm_learner._fill_logprobs(step, "lp", vlm_learner.engine)  # tempered, at 0.5
+        by_ids = {tuple(d.input_ids): d for d in step.docs}
+        for t in trajs:
+            lp = by_ids[tuple(t["prompt_token_ids"] + t["token_ids"])].extras["lp"]
+            t["logprobs"] = lp[len(t["prompt_token_ids"]) :]
+        fills.clear()
+        recomputed = vlm_learner.train_step("rl", trajs)
+        assert fills == ["old_logprobs"]
+        after_recompute = _weighted_logprob(vlm_learner, trajs)
+        vlm_learner.load_checkpoint(tmp_path, "start")
+        cfg.rollout.logprobs, cfg.learner.grpo.old_logprobs = "tempered", "rollout"
+        fills.clear()
+        from_rollouts = vlm_learner.train_step("rl", trajs)
+        assert fills == []  # no pass before the first step
+        after_rollouts = _weighted_logprob(vlm_learner, trajs)
+        for key in ("loss", "clipped", "tokens", "optimizer_steps"):
+            assert from_rollouts[key] == pytest.approx(recomputed[key], abs=1e-4), key
+        assert recomputed["clipped"] > 0  # the second pass's ratios moved: the old ones matter
+        assert after_rollouts == pytest.approx(after_recompute, abs=1e-4)
+        # the engine comparison: tempered against tempered, the first step's tokens only
+        assert from_rollouts["logprob_mismatch_sum"] / from_rollouts[
+            "logprob_mismatch_tokens"
+        ] == pytest.approx(0.0, abs=1e-5)
+        assert from_rollouts["logprob_mismatch_tokens"] == recomputed["logprob_mismatch_tokens"] / 2
+        # rollout logprobs off by 0.25 move the ratio, and the figure says so
+        vlm_learner.load_checkpoint(tmp_path, "start")
+        for t in trajs:
+            t["logprobs"] = [x - 0.25 for x in t["logprobs"]]
+        shifted = vlm_learner.train_step("rl", trajs)
+        assert shifted["logprob_mismatch_sum"] / shifted[
+            "logprob_mismatch_tokens"
+        ] == pytest.approx(0.25, abs=1e-3)
+        assert shifted["clipped"] > recomputed["clipped"]
+        # a rollout without its logprobs cannot give old ones
+        trajs[0]["logprobs"] = []
+        with pytest.raises(ValueError, match="old_logprobs=rollout takes them"):
+            prepare_step("rl", trajs, cfg, vlm_learner.tokenizer, vlm_learner.processor)
+    finally:
+        cfg.rollout.temperature, cfg.learner.grpo.epochs = 1.0, 1
+        cfg.rollout.logprobs, cfg.learner.grpo.old_logprobs = "raw", "recompute"
+        vlm_learner.load_checkpoint(tmp_path, "start")
+
+
 def test_vlm_packing_matches_each_document_alone(vlm_learner):
     """Two image documents and a text one packed in one row give their stand-alone logits."""
     from actors.learner_batches import pretrain_documents

@@ -244,6 +244,35 @@ def test_a_checkpoints_generation_defaults_do_not_bend_the_samples(tiny_text_mod
         assert torch.allclose(torch.tensor(t.logprobs)[sampled], ref[sampled], atol=1e-4)
 
 
+def test_tempered_logprobs_are_of_the_distribution_sampled_from(tiny_text_model):
+    """With rollout.logprobs=tempered a sampled token's logprob is that of the logits over the
+    temperature (what learner.grpo.old_logprobs=rollout needs); the tokens are the raw mode's."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.rollout import RolloutWorkerImpl
+
+    base = dict(engine="hf", n=2, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=4)
+    items = ITEMS + [{"id": "t2", "domain": "math", "prompt": "Add 12 and 30, then halve it."}]
+    raw = RolloutWorkerImpl(str(tiny_text_model), base).generate(items, step=0, temperature=0.5)
+    tempered = RolloutWorkerImpl(str(tiny_text_model), {**base, "logprobs": "tempered"}).generate(
+        items, step=0, temperature=0.5
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.float32).eval()
+    for r, t in zip(raw, tempered, strict=True):
+        assert r.token_ids == t.token_ids
+        ids = torch.tensor([t.prompt_token_ids + t.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1]
+        sampled = [i for i in range(len(t.token_ids)) if i not in t.forced_positions]
+        pick = torch.tensor(t.token_ids)[:, None]
+        for series, temp in ((t.logprobs, 0.5), (r.logprobs, 1.0)):
+            ref = torch.log_softmax(logits / temp, -1).gather(1, pick)[:, 0]
+            assert torch.allclose(torch.tensor(series)[sampled], ref[sampled], atol=1e-4)
+    gaps = [abs(a - b) for r, t in zip(raw, tempered, strict=True)
+            for a, b in zip(r.logprobs, t.logprobs, strict=True)]  # fmt: skip
+    assert max(gaps) > 1e-3  # the two modes report different numbers
+
+
 def test_an_items_samples_share_one_prefill(tiny_vlm, shapes_image, tmp_path, monkeypatch):
     """The n samples of an image prompt are prefilled once and continue from copies of its KV
     cache: the same tokens and logprobs as prefilling every row, with fewer prefilled rows."""

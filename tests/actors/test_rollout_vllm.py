@@ -219,3 +219,38 @@ def test_worker_options_preload_tcmalloc_only_for_vllm_on_cpu():
     assert worker_options({"engine": "hf"}, **base) == base
     assert worker_options({"engine": "vllm", "cpu_allocator": "system"}, **base) == base
     assert worker_options({"engine": "vllm"}, num_gpus=1) == {"num_gpus": 1}
+
+
+def test_tempered_logprobs_are_vllms_processed_ones(ray_local, tiny_text_model, tokenizer):
+    """rollout.logprobs=tempered starts the engine with vLLM's processed_logprobs: a sampled
+    token's logprob is then of the logits over the temperature, as the learner's tempered
+    policy has it (learner.grpo.old_logprobs=rollout), less the image placeholders the engine
+    bans (the untrained tiny model gives them about 2 of its 277 tokens' mass, 0.004 in logprob)."""
+    from actors.rollout.worker import RolloutWorker, worker_options
+
+    cfg = dict(engine="vllm", n=2, max_think_tokens=THINK * 4, max_answer_tokens=ANSWER * 4,
+               kv_cache_gib=0.25, seed=7, temperature=0.5, logprobs="tempered")  # fmt: skip
+    w = RolloutWorker.options(**worker_options(cfg)).remote(str(tiny_text_model), cfg)
+    try:
+        trajs = ray_local.get(w.generate.remote(ITEMS, step=0))
+    finally:
+        ray_local.kill(w)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.float32).eval()
+    checked = 0
+    for t in trajs:
+        ids = torch.tensor([t.prompt_token_ids + t.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1].float()
+        pick = torch.tensor(t.token_ids)[:, None]
+        banned = logits.clone()
+        banned[:, tokenizer.convert_tokens_to_ids(["<|image|>", "<|video|>"])] = float("-inf")
+        tempered = torch.log_softmax(banned / 0.5, -1).gather(1, pick)[:, 0]
+        raw = torch.log_softmax(logits, -1).gather(1, pick)[:, 0]
+        kept = [i for i, lp in enumerate(t.logprobs) if lp != 0.0]
+        got = torch.tensor([t.logprobs[i] for i in kept])
+        assert torch.allclose(got, tempered[kept], atol=2e-3), (got, tempered[kept])
+        checked += len(kept)
+        assert not torch.allclose(got, raw[kept], atol=2e-3) or len(kept) == 0
+    assert checked > 0

@@ -305,3 +305,25 @@ def test_position_shaping_is_training_only_and_below_the_success_threshold():
         load_config(TINY, ["reward.position_shaping=0.2", "reward.gui_partial_credit=true"])
     with pytest.raises(ConfigError, match=r"reward\.position_shaping: Input should be less than 1"):
         load_config(TINY, ["reward.position_shaping=1"])
+
+
+def test_rollout_logprobs_as_old_logprobs_must_be_the_policys():
+    """learner.grpo.old_logprobs=rollout puts the engines' logprobs in the clipped ratio: they
+    must be of the distribution the learner's policy is, tempered exactly when it tempers."""
+    base = ["model.tiny=text", "rollout.temperature=0.7", "learner.grpo.epochs=2",
+            "learner.grpo.old_logprobs=rollout"]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"the policy is the logits over rollout\.temperature"
+                       r"=0\.7, but the engines report rollout\.logprobs=raw: set "
+                       r"rollout\.logprobs=tempered"):  # fmt: skip
+        load_config(None, base)
+    ok = load_config(None, [*base, "rollout.logprobs=tempered"])
+    assert (ok.rollout.logprobs, ok.learner.grpo.old_logprobs) == ("tempered", "rollout")
+    with pytest.raises(ConfigError, match=r"tempered_logprobs is false\), but the engines "
+                       r"report rollout\.logprobs=tempered: set rollout\.logprobs=raw"):  # fmt: skip
+        load_config(None, [*base, "rollout.logprobs=tempered",
+                           "learner.grpo.tempered_logprobs=false"])  # fmt: skip
+    # at temperature 1 raw and tempered logprobs are one thing
+    assert load_config(None, [*base, "rollout.temperature=1"]).rollout.logprobs == "raw"
+    with pytest.raises(ConfigError, match=r"rollout\.logprobs=tempered with rollout\.top_p=0\.9"):
+        load_config(None, ["model.tiny=text", "rollout.logprobs=tempered", "rollout.top_p=0.9"])
+    assert load_config(None, ["model.tiny=text"]).learner.grpo.old_logprobs == "recompute"
