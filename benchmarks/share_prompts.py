@@ -45,6 +45,26 @@ def rollout_groups(run: Path, groups: int) -> list[list[dict]]:
     return out[:groups]
 
 
+def rollout_batch(run: Path, groups: int, config) -> tuple[list[list[dict]], list[dict]]:
+    """The groups of ``rollout_groups`` and their rollouts as one learner batch, each with its
+    item's images (read from the run's RL item files)."""
+    from rlcs.data import load_items
+    from rlcs.images import decode_image
+
+    chosen = rollout_groups(run, groups)
+    if not chosen:
+        raise SystemExit(f"no logged group of {run} has rewards that differ")
+    paths = [Path(p) for p in config.data.train]
+    items = {it.id: (it, p.parent) for p in paths for it in load_items(p, check_images=False)}
+    batch = []
+    for g in chosen:
+        item, base = items[g[0]["item_id"]]
+        images = [decode_image(ref, base) for ref in item.images]
+        batch += [dict(t, images=images) for t in g]
+    print(f"{len(chosen)} groups, {len(batch)} rollouts from {run}/samples", flush=True)
+    return chosen, batch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
@@ -57,21 +77,9 @@ def main() -> None:
     from actors.learner import Learner
     from actors.learner_batches import prepare_step
     from rlcs.config import load_config
-    from rlcs.data import load_items
-    from rlcs.images import decode_image
 
     config = load_config(args.run / "config.yaml", args.overrides)
-    groups = rollout_groups(args.run, args.groups)
-    if not groups:
-        raise SystemExit(f"no logged group of {args.run} has rewards that differ")
-    paths = [Path(p) for p in config.data.train]
-    items = {it.id: (it, p.parent) for p in paths for it in load_items(p, check_images=False)}
-    batch = []
-    for g in groups:
-        item, base = items[g[0]["item_id"]]
-        images = [decode_image(ref, base) for ref in item.images]
-        batch += [dict(t, images=images) for t in g]
-    print(f"{len(groups)} groups, {len(batch)} rollouts from {args.run}/samples", flush=True)
+    groups, batch = rollout_batch(args.run, args.groups, config)
 
     learner = Learner.local(config, config.model.path)
     grpo = config.learner.grpo

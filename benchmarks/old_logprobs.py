@@ -1,0 +1,90 @@
+"""The learner's GRPO step with the old logprobs recomputed or taken from the rollouts.
+
+With more than one optimizer step an iteration (``learner.grpo.epochs`` or ``mini_batches``
+above 1) the clipped ratio needs the policy's logprobs from before the first step: the learner
+computes them in a pass of its own (``learner.grpo.old_logprobs: recompute``, the default), or
+takes the rollouts' (``rollout``). This times ``Learner.train_step`` on a run's logged groups
+(as ``share_prompts.py`` picks them) with each, steps alternating so that both see the same CPU
+contention. The rollouts carry the learner's own tempered logprobs, as an engine with
+``rollout.logprobs: tempered`` reports them, so both settings make the same update.
+
+    python benchmarks/old_logprobs.py --run runs/demo/rl [--groups 48] [--steps 5] \\
+        [--set learner.grpo.epochs=2]
+
+Ends with ``RESULT recompute_step_s=… rollout_step_s=… speedup=… optimizer_steps=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _share_prompts():
+    spec = importlib.util.spec_from_file_location(
+        "share_prompts", Path(__file__).with_name("share_prompts.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
+    ap.add_argument("--groups", type=int, default=48)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="key=value over the run's config (epochs 2 unless set)")  # fmt: skip
+    args = ap.parse_args()
+
+    from actors.learner import Learner
+    from actors.learner_batches import prepare_step
+    from rlcs.config import load_config
+
+    config = load_config(args.run / "config.yaml", ["learner.grpo.epochs=2", *args.overrides])
+    grpo = config.learner.grpo
+    if grpo.epochs * grpo.mini_batches < 2:
+        raise SystemExit("one optimizer step an iteration needs no old logprobs: set epochs or "
+                         "mini_batches above 1")  # fmt: skip
+    _, batch = _share_prompts().rollout_batch(args.run, args.groups, config)
+    learner = Learner.local(config, config.model.path)
+    # what an engine with rollout.logprobs=tempered reports: the policy's own logprobs, from
+    # plain documents (one a rollout) of every rollout
+    saved = grpo.share_prompts, grpo.skip_zero_advantage
+    grpo.share_prompts, grpo.skip_zero_advantage = False, False
+    step = prepare_step("rl", batch, config, learner.tokenizer, learner.processor)[0]
+    grpo.share_prompts, grpo.skip_zero_advantage = saved
+    learner._fill_logprobs(step, "policy", learner.engine)
+    own = {tuple(d.input_ids): d.extras["policy"] for d in step.docs}
+    for t in batch:
+        n = len(t["prompt_token_ids"])
+        t["logprobs"] = own[tuple(t["prompt_token_ids"] + t["token_ids"])][n:]
+    times: dict[str, list[float]] = {"recompute": [], "rollout": []}
+    stats = {}
+    for k in range(args.steps + 1):  # the first round warms up
+        for mode in times:
+            grpo.old_logprobs = mode
+            config.rollout.logprobs = "tempered" if mode == "rollout" else "raw"
+            t0 = time.perf_counter()
+            stats[mode] = learner.train_step("rl", batch)
+            if k:
+                times[mode].append(time.perf_counter() - t0)
+    med = {m: statistics.median(v) for m, v in times.items()}
+    print("steps (s): " + " | ".join(f"{m} " + " ".join(f"{x:.2f}" for x in v)
+                                     for m, v in times.items()), flush=True)  # fmt: skip
+    print(
+        f"RESULT recompute_step_s={med['recompute']:.3f} rollout_step_s={med['rollout']:.3f} "
+        f"speedup={med['recompute'] / med['rollout']:.2f} "
+        f"optimizer_steps={int(stats['rollout']['optimizer_steps'])}"
+    )
+
+
+if __name__ == "__main__":
+    main()
