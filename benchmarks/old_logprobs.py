@@ -16,7 +16,6 @@ Ends with ``RESULT recompute_step_s=… rollout_step_s=… speedup=… optimizer
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import statistics
@@ -36,13 +35,10 @@ def _share_prompts():
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
-    ap.add_argument("--groups", type=int, default=48)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    help="key=value over the run's config (epochs 2 unless set)")  # fmt: skip
-    args = ap.parse_args()
+    bench = _share_prompts()
+    args = bench.run_arguments(
+        __doc__.split("\n")[0], "key=value over the run's config (epochs 2 unless set)"
+    ).parse_args()
 
     from actors.learner import Learner
     from actors.learner_batches import prepare_step
@@ -53,7 +49,7 @@ def main() -> None:
     if grpo.epochs * grpo.mini_batches < 2:
         raise SystemExit("one optimizer step an iteration needs no old logprobs: set epochs or "
                          "mini_batches above 1")  # fmt: skip
-    _, batch = _share_prompts().rollout_batch(args.run, args.groups, config)
+    _, batch = bench.rollout_batch(args.run, args.groups, config)
     learner = Learner.local(config, config.model.path)
     # what an engine with rollout.logprobs=tempered reports: the policy's own logprobs, from
     # plain documents (one a rollout) of every rollout

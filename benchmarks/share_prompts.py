@@ -65,14 +65,21 @@ def rollout_batch(run: Path, groups: int, config) -> tuple[list[list[dict]], lis
     return chosen, batch
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_arguments(description: str, set_help: str) -> argparse.ArgumentParser:
+    """The options of a learner-step benchmark on a run's logged groups (this one's and
+    ``old_logprobs.py``'s)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
     ap.add_argument("--groups", type=int, default=48)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    help="key=value over the run's config, e.g. data.seq_len=512")  # fmt: skip
-    args = ap.parse_args()
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help=set_help)
+    return ap
+
+
+def main() -> None:
+    args = run_arguments(
+        __doc__.split("\n")[0], "key=value over the run's config, e.g. data.seq_len=512"
+    ).parse_args()
 
     from actors.learner import Learner
     from actors.learner_batches import prepare_step

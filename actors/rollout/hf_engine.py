@@ -46,8 +46,8 @@ def _sdpa_gqa(
     transformers copies the key and value heads out to the query heads (``repeat_kv``) before
     SDPA whenever there is a mask, and generation of left-padded batches always has one. On
     CPU the kernel takes the grouped heads as they are, to the same result: the copy was a
-    third of the decoder's time in the demo's rollouts, and generating them 1.2-1.3 times
-    faster without it (benchmarks/hf_generate.py, docs/rollout.md). CUDA keeps "sdpa", whose
+    quarter of the decoder's time in the demo's rollouts, which generate 1.23 times faster
+    without it (benchmarks/hf_generate.py, docs/rollout.md). CUDA keeps "sdpa", whose
     fast kernels take no grouped heads with a mask."""
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
@@ -77,7 +77,8 @@ class _GrowingLayer(DynamicLayer):
     """A DynamicLayer whose keys and values are views of buffers with ``room`` tokens to spare:
     a step writes its keys and values into them, where transformers' DynamicLayer concatenates
     the whole cache anew every step. That copy grows with the cache; it was a fifth of the
-    demo's generation time (benchmarks/hf_generate.py, docs/rollout.md)."""
+    CPU time of the demo's generation, which runs 1.07 times faster without it
+    (benchmarks/hf_generate.py, docs/rollout.md)."""
 
     def __init__(self, room: int):
         super().__init__()
@@ -171,13 +172,17 @@ class HFEngine:
             self.processor = None
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
             model_cls = AutoModelForCausalLM
-        attn = "sdpa"
+        load = dict(dtype=getattr(torch, dtype), attn_implementation="sdpa")
         if self.device.type == "cpu":
             _register_cpu_attention()
-            attn = CPU_ATTENTION
-        self.model = model_cls.from_pretrained(
-            model_path, dtype=getattr(torch, dtype), attn_implementation=attn
-        )
+            try:
+                self.model = model_cls.from_pretrained(
+                    model_path, **{**load, "attn_implementation": CPU_ATTENTION}
+                )
+            except ValueError:  # an architecture that takes no registered attention
+                self.model = model_cls.from_pretrained(model_path, **load)
+        else:
+            self.model = model_cls.from_pretrained(model_path, **load)
         self.model.to(self.device).eval()
         self.pad_id = self.tokenizer.pad_token_id
         # _RowSampler samples from the model's own logits and reports their logprobs, as vLLM

@@ -310,12 +310,9 @@ def test_an_items_samples_share_one_prefill(tiny_vlm, shapes_image, tmp_path, mo
     assert len({tuple(t.token_ids) for t in shared}) > 3  # sampled, not one answer per item
 
 
-def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image, tmp_path):
-    """On CPU the engine loads its model with SDPA over the grouped key/value heads as they
-    are (the tiny VLM has 4 query heads to 2): the same rollouts as transformers' own "sdpa",
-    which copies the heads out first."""
+def _image_and_text(tiny_vlm, shapes_image, tmp_path, seed):
+    """An HF-engine worker on the tiny VLM (3 samples an item) and an image item and a text one."""
     from actors.rollout import RolloutWorkerImpl
-    from actors.rollout.hf_engine import CPU_ATTENTION
 
     shapes_image.save(tmp_path / "a.png")
     items = [
@@ -324,8 +321,18 @@ def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image
     ]
     worker = RolloutWorkerImpl(
         str(tiny_vlm),
-        dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=7),
+        dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=seed),
     )
+    return worker, items
+
+
+def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image, tmp_path):
+    """On CPU the engine loads its model with SDPA over the grouped key/value heads as they
+    are (the tiny VLM has 4 query heads to 2): the same rollouts as transformers' own "sdpa",
+    which copies the heads out first."""
+    from actors.rollout.hf_engine import CPU_ATTENTION
+
+    worker, items = _image_and_text(tiny_vlm, shapes_image, tmp_path, seed=7)
     model = worker.engine.model
     assert (
         model.config.text_config.num_key_value_heads < model.config.text_config.num_attention_heads
@@ -348,18 +355,9 @@ def test_growing_kv_cache_gives_dynamic_caches_rollouts(
     """The engine's KV cache writes each step into buffers with room to spare: the same tokens
     and logprobs as transformers' DynamicCache, which concatenates, with and without the
     shared prefill (whose batch_select_indices replaces the buffers' views), text and image."""
-    from actors.rollout import RolloutWorkerImpl
     from actors.rollout.hf_engine import HFEngine, _GrowingCache
 
-    shapes_image.save(tmp_path / "a.png")
-    items = [
-        {"id": "i1", "domain": "vqa", "prompt": "What shapes?", "images": ["a.png"]},
-        {"id": "t1", "domain": "math", "prompt": "Add 12 and 30, then halve it."},
-    ]
-    worker = RolloutWorkerImpl(
-        str(tiny_vlm),
-        dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=9),
-    )
+    worker, items = _image_and_text(tiny_vlm, shapes_image, tmp_path, seed=9)
     caches = []
     real = HFEngine._cache
 
