@@ -70,7 +70,10 @@ class Learner:
 
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
-        model = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
+        on_cpu = self.device == "cpu"
+        model = load_hf_model(
+            self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
+        )
         model.config.use_cache = False
         self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
@@ -88,7 +91,9 @@ class Learner:
             self.is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)
         )
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
-            ref = load_hf_model(self.model_path, attn_implementation=lc.attn_implementation)
+            ref = load_hf_model(
+                self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
+            )
             ref.requires_grad_(False)
             self.ref_model, _, _, _ = deepspeed.initialize(model=ref, config=reference_config(lc))
             self.ref_model.eval()

@@ -10,11 +10,18 @@ from typing import Any
 
 import torch
 
+from actors.cpu_attention import from_pretrained_on_cpu
+
 
 def load_hf_model(
-    path: str | Path, dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    on_cpu: bool = False,
 ) -> torch.nn.Module:
-    """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision."""
+    """Any HF causal LM, or an image-text-to-text model (e.g. GLM-4.1V) when it has vision.
+    ``on_cpu``: "sdpa" is the CPU attention of actors/cpu_attention.py (grouped heads to the
+    kernel, fp32 under bf16), as in the HF engine."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     if attn_implementation.startswith("flash") and importlib.util.find_spec("flash_attn") is None:
@@ -24,6 +31,10 @@ def load_hf_model(
         )
     cfg = AutoConfig.from_pretrained(path)
     auto = AutoModelForImageTextToText if hasattr(cfg, "vision_config") else AutoModelForCausalLM
+    if on_cpu:
+        return from_pretrained_on_cpu(
+            auto, path, dtype=dtype, attn_implementation=attn_implementation
+        )
     return auto.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
 
 

@@ -68,7 +68,8 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32",
         description="The rollout engines' (and evaluations') weights, and a built tiny model's; "
-        "the learner trains in learner.precision.",
+        "the learner trains in learner.precision. On CPU the HF engine keeps attention and its "
+        "KV cache in fp32 under bfloat16 weights (docs/rollout.md).",
     )
     tiny_overrides: dict[str, Any] = Field(
         default_factory=dict,

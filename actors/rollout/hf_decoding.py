@@ -1,7 +1,7 @@
-"""What the HF engine decodes with on top of transformers: SDPA over grouped key/value heads on
-CPU, and a KV cache that writes into buffers instead of concatenating. Both remove a copy that
-grew with the KV cache at every step; the rollouts are transformers' own to the token
-(tests/actors/test_hf_decoding.py, docs/rollout.md)."""
+"""What the HF engine decodes with on top of transformers: a KV cache that writes into buffers
+instead of concatenating (and, on CPU, SDPA over grouped key/value heads: actors/cpu_attention.py).
+Both remove a copy that grew with the KV cache at every step; the rollouts are transformers'
+own to the token (tests/actors/test_hf_decoding.py, docs/rollout.md)."""
 
 from __future__ import annotations
 
@@ -9,52 +9,6 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-
-#: the attention the HF engine loads its model with on CPU (``register_cpu_attention``)
-CPU_ATTENTION = "rlcs_sdpa_gqa"
-
-
-def _sdpa_gqa(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention, with grouped-query heads left to the kernel (``enable_gqa``).
-
-    transformers copies the key and value heads out to the query heads (``repeat_kv``) before
-    SDPA whenever there is a mask, and generation of left-padded batches always has one. On
-    CPU the kernel takes the grouped heads as they are, to the same result: the copy was a
-    quarter of the decoder's time in the demo's rollouts, which generate 1.23 times faster
-    without it (benchmarks/hf_generate.py, docs/rollout.md). CUDA keeps "sdpa", whose
-    fast kernels take no grouped heads with a mask."""
-    if is_causal is None:
-        is_causal = getattr(module, "is_causal", True)
-    is_causal = bool(query.shape[2] > 1 and attention_mask is None and is_causal)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=attention_mask,
-        dropout_p=dropout,
-        scale=scaling,
-        is_causal=is_causal,
-        enable_gqa=query.shape[1] != key.shape[1],
-    )
-    return out.transpose(1, 2).contiguous(), None
-
-
-def register_cpu_attention() -> None:
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
-    AttentionInterface.register(CPU_ATTENTION, _sdpa_gqa)
-    AttentionMaskInterface.register(CPU_ATTENTION, sdpa_mask)  # the masks "sdpa" gets
 
 
 class GrowingLayer(DynamicLayer):
@@ -64,9 +18,10 @@ class GrowingLayer(DynamicLayer):
     CPU time of the demo's generation, which runs 1.07 times faster without it
     (benchmarks/hf_generate.py, docs/rollout.md)."""
 
-    def __init__(self, room: int):
+    def __init__(self, room: int, dtype: torch.dtype | None = None):
         super().__init__()
         self.room = room
+        self.dtype_held = dtype  # the buffers' dtype; the states' own when None
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(
@@ -88,7 +43,11 @@ class GrowingLayer(DynamicLayer):
             )
         ):
             shape = (*key_states.shape[:-2], n + q + self.room, key_states.shape[-1])
-            buf = (key_states.new_empty(shape), value_states.new_empty(shape))
+            held = self.dtype_held or key_states.dtype
+            buf = (
+                key_states.new_empty(shape, dtype=held),
+                value_states.new_empty(shape, dtype=held),
+            )
             if n:
                 buf[0][..., :n, :] = self.keys
                 buf[1][..., :n, :] = self.values
@@ -105,7 +64,9 @@ class GrowingLayer(DynamicLayer):
 
 class GrowingCache(DynamicCache):
     """transformers' DynamicCache with :class:`GrowingLayer` layers (models without sliding
-    windows: the decoders the HF engine serves)."""
+    windows: the decoders the HF engine serves). ``dtype`` float32 keeps a bf16 model's cache
+    in fp32 for an attention that runs in fp32 (actors/cpu_attention.py), which would otherwise
+    cast the whole cache up at every step, at more than the attention's own cost."""
 
-    def __init__(self, num_layers: int, room: int):
-        Cache.__init__(self, layers=[GrowingLayer(room) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, room: int, dtype: torch.dtype | None = None):
+        Cache.__init__(self, layers=[GrowingLayer(room, dtype) for _ in range(num_layers)])

@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
+from actors.cpu_attention import CPU_ATTENTION, from_pretrained_on_cpu
 from actors.rollout.engine import GenRequest, GenResult
-from actors.rollout.hf_decoding import CPU_ATTENTION, GrowingCache, register_cpu_attention
+from actors.rollout.hf_decoding import GrowingCache
 from actors.weights.receiver import StagedWeights
 from rlcs.prompts import BudgetRule
 
@@ -74,13 +75,7 @@ class HFEngine:
             model_cls = AutoModelForCausalLM
         load = dict(dtype=getattr(torch, dtype), attn_implementation="sdpa")
         if self.device.type == "cpu":
-            register_cpu_attention()
-            try:
-                self.model = model_cls.from_pretrained(
-                    model_path, **{**load, "attn_implementation": CPU_ATTENTION}
-                )
-            except ValueError:  # an architecture that takes no registered attention
-                self.model = model_cls.from_pretrained(model_path, **load)
+            self.model = from_pretrained_on_cpu(model_cls, model_path, **load)
         else:
             self.model = model_cls.from_pretrained(model_path, **load)
         self.model.to(self.device).eval()
@@ -205,7 +200,9 @@ class HFEngine:
     def _cache(self, max_new: int) -> GrowingCache:
         """An empty KV cache for a batch that samples up to ``max_new`` tokens a row."""
         layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
-        return GrowingCache(layers, room=max_new + 1)
+        # the CPU attention runs in fp32 whatever the model's dtype: the cache it reads too
+        fp32 = self.model.config._attn_implementation == CPU_ATTENTION
+        return GrowingCache(layers, room=max_new + 1, dtype=torch.float32 if fp32 else None)
 
     def _prefill_shared(
         self,

@@ -28,7 +28,7 @@ def test_cpu_attention_leaves_grouped_heads_to_the_kernel(tiny_vlm, shapes_image
     """On CPU the engine loads its model with SDPA over the grouped key/value heads as they
     are (the tiny VLM has 4 query heads to 2): the same rollouts as transformers' own "sdpa",
     which copies the heads out first."""
-    from actors.rollout.hf_decoding import CPU_ATTENTION
+    from actors.cpu_attention import CPU_ATTENTION
 
     worker, items = _image_and_text(tiny_vlm, shapes_image, tmp_path, seed=7)
     model = worker.engine.model
@@ -82,3 +82,41 @@ def test_growing_kv_cache_gives_dynamic_caches_rollouts(
             assert a.token_ids == b.token_ids
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
     assert max(len(t.token_ids) for t in runs[True, "growing"]) > 4
+
+
+def test_a_bf16_engine_keeps_its_kv_cache_in_fp32(tiny_text_model, monkeypatch):
+    """model.dtype=bfloat16 on CPU: bf16 weights (their matmuls 3 to 4 times faster), the
+    attention in fp32 over a cache held in fp32, and logprobs that are the bf16 model's own."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.cpu_attention import CPU_ATTENTION
+    from actors.rollout import RolloutWorkerImpl
+    from actors.rollout.hf_engine import HFEngine
+
+    caches = []
+    real = HFEngine._cache
+    monkeypatch.setattr(HFEngine, "_cache", lambda s, m: caches.append(real(s, m)) or caches[-1])
+    items = [
+        {"id": "t1", "domain": "math", "prompt": "Add 12 and 30, then halve it."},
+        {"id": "t2", "domain": "math", "prompt": "What is 7 times 6?"},
+    ]
+    cfg = dict(engine="hf", n=3, max_think_tokens=THINK, max_answer_tokens=ANSWER, seed=3)
+    worker = RolloutWorkerImpl(str(tiny_text_model), cfg, dtype="bfloat16")
+    model = worker.engine.model
+    assert model.config._attn_implementation == CPU_ATTENTION
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    trajs = worker.generate(items, step=0, temperature=1.0)
+    assert caches and all(
+        buf.dtype == torch.float32 for c in caches for layer in c.layers for buf in layer.buffers
+    )
+    ref_model = AutoModelForCausalLM.from_pretrained(tiny_text_model, dtype=torch.bfloat16)
+    ref_model.set_attn_implementation(CPU_ATTENTION)
+    gaps = []
+    for t in trajs:
+        ids = torch.tensor([t.prompt_token_ids + t.token_ids])
+        with torch.no_grad():
+            logits = ref_model(ids).logits[0, len(t.prompt_token_ids) - 1 : -1].float()
+        ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(t.token_ids)[:, None])[:, 0]
+        sampled = [i for i in range(len(t.token_ids)) if i not in t.forced_positions]
+        gaps += (torch.tensor(t.logprobs) - ref).abs()[sampled].tolist()
+    assert len(gaps) > 10 and max(gaps) < 0.1 and sum(gaps) / len(gaps) < 0.02, max(gaps)

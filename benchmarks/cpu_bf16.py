@@ -1,0 +1,100 @@
+"""bf16 against fp32 on CPU: the learner's RL step and the HF engine's generation, on a run's
+rollouts and items.
+
+``learner.precision=bf16`` trains bf16 weights (DeepSpeed keeps fp32 ones for the optimizer)
+and ``model.dtype=bfloat16`` loads the engine's weights in bf16; on CPU both keep attention in
+fp32 (actors/cpu_attention.py), whose bf16 kernels are the slower ones there. The learner's
+step is timed on the run's logged groups whose rewards differ (as ``share_prompts.py`` does),
+the engine's generation on ``--prompts`` of the run's RL items with its rollout settings.
+fp32 and bf16 alternate, so both see the same CPU contention; figures are medians.
+
+    python benchmarks/cpu_bf16.py --run runs/demo/rl [--groups 48] [--steps 5] [--prompts 110]
+
+Ends with ``RESULT learner_fp32_s=… learner_bf16_s=… learner_speedup=… generate_fp32_s=…
+generate_bf16_s=… generate_speedup=…``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from share_prompts import rollout_batch, run_arguments  # noqa: E402
+
+
+def _alternate(fns: dict[str, callable], rounds: int) -> dict[str, list[float]]:
+    """Each of ``fns`` once a round, in turn, after a warm-up round; seconds per call."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(rounds + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(r)
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = run_arguments(__doc__.split("\n")[0], "key=value over the run's config")
+    ap.add_argument("--prompts", type=int, default=110, help="RL items to generate for")
+    args = ap.parse_args()
+
+    import torch
+
+    from actors.learner import Learner
+    from actors.rollout import RolloutWorkerImpl
+    from rlcs.config import load_config
+    from rlcs.data import load_items
+
+    config = load_config(args.run / "config.yaml", args.overrides)
+    if config.cluster.device != "cpu":
+        raise SystemExit("this benchmark is about CPU; the run's cluster.device is not cpu")
+    _, batch = rollout_batch(args.run, args.groups, config)
+    torch.set_num_threads(2)  # the demo's learner and rollout worker each run two threads
+    learners = {
+        p: Learner.local(config.model_copy(update={"learner": config.learner.model_copy(
+            update={"precision": p})}), config.model.path)
+        for p in ("fp32", "bf16")
+    }  # fmt: skip
+    learn = _alternate(
+        {p: (lambda r, lrn=lrn: lrn.train_step("rl", batch)) for p, lrn in learners.items()},
+        args.steps,
+    )
+    del learners
+
+    items_file = Path(config.data.train[0])
+    pool = load_items(items_file, check_images=False)
+    items = random.Random(0).sample(pool, min(args.prompts, len(pool)))
+    workers = {
+        p: RolloutWorkerImpl(config.model.path, config.rollout, dtype=dt)
+        for p, dt in (("fp32", "float32"), ("bf16", "bfloat16"))
+    }
+    gen = _alternate(
+        {
+            p: (lambda r, w=w: w.generate(items, step=r, base_dir=str(items_file.parent)))
+            for p, w in workers.items()
+        },
+        args.steps,
+    )
+    med = {k: statistics.median(v) for k, v in (("lf", learn["fp32"]), ("lb", learn["bf16"]),
+                                                ("gf", gen["fp32"]), ("gb", gen["bf16"]))}  # fmt: skip
+    for name, t in (("learner", learn), ("generate", gen)):
+        print(
+            f"{name} (s): fp32 " + " ".join(f"{x:.2f}" for x in t["fp32"])
+            + " | bf16 " + " ".join(f"{x:.2f}" for x in t["bf16"]),
+            flush=True,
+        )  # fmt: skip
+    print(
+        f"RESULT learner_fp32_s={med['lf']:.3f} learner_bf16_s={med['lb']:.3f} "
+        f"learner_speedup={med['lf'] / med['lb']:.2f} generate_fp32_s={med['gf']:.3f} "
+        f"generate_bf16_s={med['gb']:.3f} generate_speedup={med['gf'] / med['gb']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
