@@ -20,6 +20,7 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -27,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from share_prompts import rollout_batch, run_arguments  # noqa: E402
 
 
-def _alternate(fns: dict[str, callable], rounds: int) -> dict[str, list[float]]:
+def _alternate(fns: dict[str, Callable[[int], object]], rounds: int) -> dict[str, list[float]]:
     """Each of ``fns`` once a round, in turn, after a warm-up round; seconds per call."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(rounds + 1):
