@@ -25,7 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from share_prompts import rollout_batch, run_arguments  # noqa: E402
+from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
 
 
 def _alternate(fns: dict[str, Callable[[int], object]], rounds: int) -> dict[str, list[float]]:
@@ -49,10 +49,9 @@ def main() -> None:
 
     from actors.learner import Learner
     from actors.rollout import RolloutWorkerImpl
-    from rlcs.config import load_config
     from rlcs.data import load_items
 
-    config = load_config(args.run / "config.yaml", args.overrides)
+    config = run_config(args.run, args.overrides)
     if config.cluster.device != "cpu":
         raise SystemExit("this benchmark is about CPU; the run's cluster.device is not cpu")
     _, batch = rollout_batch(args.run, args.groups, config)
@@ -82,19 +81,17 @@ def main() -> None:
         },
         args.steps,
     )
-    med = {k: statistics.median(v) for k, v in (("lf", learn["fp32"]), ("lb", learn["bf16"]),
-                                                ("gf", gen["fp32"]), ("gb", gen["bf16"]))}  # fmt: skip
+    result = []
     for name, t in (("learner", learn), ("generate", gen)):
         print(
             f"{name} (s): fp32 " + " ".join(f"{x:.2f}" for x in t["fp32"])
             + " | bf16 " + " ".join(f"{x:.2f}" for x in t["bf16"]),
             flush=True,
         )  # fmt: skip
-    print(
-        f"RESULT learner_fp32_s={med['lf']:.3f} learner_bf16_s={med['lb']:.3f} "
-        f"learner_speedup={med['lf'] / med['lb']:.2f} generate_fp32_s={med['gf']:.3f} "
-        f"generate_bf16_s={med['gb']:.3f} generate_speedup={med['gf'] / med['gb']:.2f}"
-    )
+        fp32, bf16 = statistics.median(t["fp32"]), statistics.median(t["bf16"])
+        result += [f"{name}_fp32_s={fp32:.3f}", f"{name}_bf16_s={bf16:.3f}",
+                   f"{name}_speedup={fp32 / bf16:.2f}"]  # fmt: skip
+    print("RESULT " + " ".join(result))
 
 
 if __name__ == "__main__":

@@ -16,40 +16,29 @@ Ends with ``RESULT recompute_step_s=… rollout_step_s=… speedup=… optimizer
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import time
-from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-
-def _share_prompts():
-    spec = importlib.util.spec_from_file_location(
-        "share_prompts", Path(__file__).with_name("share_prompts.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
 
 
 def main() -> None:
-    bench = _share_prompts()
-    args = bench.run_arguments(
+    args = run_arguments(
         __doc__.split("\n")[0], "key=value over the run's config (epochs 2 unless set)"
     ).parse_args()
 
     from actors.learner import Learner
     from actors.learner_batches import prepare_step
-    from rlcs.config import load_config
 
-    config = load_config(args.run / "config.yaml", ["learner.grpo.epochs=2", *args.overrides])
+    config = run_config(args.run, ["learner.grpo.epochs=2", *args.overrides])
     grpo = config.learner.grpo
     if grpo.epochs * grpo.mini_batches < 2:
         raise SystemExit("one optimizer step an iteration needs no old logprobs: set epochs or "
                          "mini_batches above 1")  # fmt: skip
-    _, batch = bench.rollout_batch(args.run, args.groups, config)
+    _, batch = rollout_batch(args.run, args.groups, config)
     learner = Learner.local(config, config.model.path)
     # what an engine with rollout.logprobs=tempered reports: the policy's own logprobs, from
     # plain documents (one a rollout) of every rollout

@@ -65,9 +65,20 @@ def rollout_batch(run: Path, groups: int, config) -> tuple[list[list[dict]], lis
     return chosen, batch
 
 
+def run_config(run: Path, overrides: list[str]):
+    """The run's own config with ``overrides``, or a one-line error when ``run`` holds none."""
+    from rlcs.config import load_config
+    from rlcs.config_text import ConfigError
+
+    try:
+        return load_config(run / "config.yaml", overrides)
+    except ConfigError as e:
+        raise SystemExit(f"{e} (--run takes an RL run's directory, e.g. runs/demo/rl)") from e
+
+
 def run_arguments(description: str, set_help: str) -> argparse.ArgumentParser:
-    """The options of a learner-step benchmark on a run's logged groups (this one's and
-    ``old_logprobs.py``'s)."""
+    """The options of a learner-step benchmark on a run's logged groups (this one's,
+    ``old_logprobs.py``'s and ``cpu_bf16.py``'s)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
     ap.add_argument("--groups", type=int, default=48)
@@ -83,9 +94,8 @@ def main() -> None:
 
     from actors.learner import Learner
     from actors.learner_batches import prepare_step
-    from rlcs.config import load_config
 
-    config = load_config(args.run / "config.yaml", args.overrides)
+    config = run_config(args.run, args.overrides)
     groups, batch = rollout_batch(args.run, args.groups, config)
 
     learner = Learner.local(config, config.model.path)
