@@ -25,7 +25,7 @@ import uvicorn
 from fastapi import Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
@@ -39,7 +39,7 @@ from rewards.server_metrics import Metrics
 
 #: The API docs' scripts and styles, served by the server itself (an offline cluster has no CDN)
 DOCS_ASSETS = "/docs/assets"
-OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
+OPEN_PATHS = ("/", "/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect")
 SCORING = ("/v1/score", "/v1/score/batch", "/get_reward")
 ROUTES = (*SCORING, "/v1/domains", "/metrics", *OPEN_PATHS)
 
@@ -337,6 +337,11 @@ def create_app(
         if not scorer.pool.healthy:
             return JSONResponse({"status": "down", "detail": "the verifier pool stopped"}, 503)
         return {"status": "ok", "workers": len(scorer.pool.worker_pids)}
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        # the address the server prints: a browser opened there lands on the API docs
+        return RedirectResponse("/docs")
 
     @app.get("/metrics")
     def prometheus() -> Response:

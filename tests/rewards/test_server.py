@@ -212,6 +212,8 @@ def test_a_body_that_is_not_json_is_refused_naming_its_content_type(server):
 def test_domains_docs_and_metrics(server):
     assert {"math", "gui", "hang"} <= set(server.get("/v1/domains").json()["domains"])
     assert server.get("/docs").status_code == 200
+    root = httpx.get(f"{server.base_url}/", follow_redirects=False)  # no token: it is open
+    assert root.status_code == 307 and root.headers["location"] == "/docs"
     assert httpx.head(f"{server.base_url}/healthz").status_code == 200  # no token: a probe
     import warnings
 
