@@ -34,23 +34,26 @@ def sdpa_gqa(
     slower in bf16 than in fp32 (2.2 times in the demo's decode steps, and their backward in
     the learner's step), where its matmuls are 3 to 4 times faster; so a bf16 model's
     attention alone runs in fp32. CUDA keeps "sdpa", whose fast kernels take no grouped heads
-    with a mask."""
+    with a mask. Under ``torch.autocast`` (bf16 matmuls over fp32 weights) it stays fp32 as
+    well."""
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     is_causal = bool(query.shape[2] > 1 and attention_mask is None and is_causal)
     dtype = query.dtype
-    if dtype != torch.float32:
-        query, key, value = query.float(), key.float(), value.float()
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=attention_mask,
-        dropout_p=dropout,
-        scale=scaling,
-        is_causal=is_causal,
-        enable_gqa=query.shape[1] != key.shape[1],
-    )
+    # (under autocast, rotary embeddings leave the queries and keys fp32 and the values bf16)
+    query, key, value = query.float(), key.float(), value.float()
+    # and in fp32 under torch.autocast too (learner.precision=bf16-mixed)
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=is_causal,
+            enable_gqa=query.shape[1] != key.shape[1],
+        )
     return out.transpose(1, 2).contiguous().to(dtype), None
 
 

@@ -49,9 +49,25 @@ def deepspeed_config(
         "wall_clock_breakdown": False,
         "zero_allow_untested_optimizer": True,
     }
-    if cfg.precision == "bf16":
-        out["bf16"] = {"enabled": True}
+    out.update(precision_config(cfg))
     return out
+
+
+def precision_config(cfg: LearnerConfig) -> dict[str, Any]:
+    """The config's precision section: bf16 weights (``bf16``), or fp32 weights with bf16
+    matmuls under ``torch.autocast`` (``bf16-mixed``). Under autocast, gradients are reduced
+    across ranks in fp32 (no module's parameters are named lower-precision safe)."""
+    if cfg.precision == "bf16":
+        return {"bf16": {"enabled": True}}
+    if cfg.precision == "bf16-mixed":
+        return {
+            "torch_autocast": {
+                "enabled": True,
+                "dtype": "bfloat16",
+                "lower_precision_safe_modules": [],
+            }
+        }
+    return {}
 
 
 def reference_config(cfg: LearnerConfig) -> dict[str, Any]:
@@ -66,8 +82,7 @@ def reference_config(cfg: LearnerConfig) -> dict[str, Any]:
     }
     if cfg.zero_stage == 3:
         out["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-    if cfg.precision == "bf16":
-        out["bf16"] = {"enabled": True}
+    out.update(precision_config(cfg))
     return out
 
 

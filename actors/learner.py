@@ -23,6 +23,7 @@ from actors.learner_model import (
     freeze_parameters,
     load_hf_model,
     load_processors,
+    logits_in_fp32,
     param_groups,
     uses_varlen_kernel,
 )
@@ -75,6 +76,8 @@ class Learner:
             self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
         )
         model.config.use_cache = False
+        if lc.precision == "bf16-mixed":
+            logits_in_fp32(model)
         self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
         groups = param_groups(model, lc.lr, lc.lr_groups)
@@ -95,6 +98,8 @@ class Learner:
                 self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
             )
             ref.requires_grad_(False)
+            if lc.precision == "bf16-mixed":
+                logits_in_fp32(ref)
             self.ref_model, _, _, _ = deepspeed.initialize(model=ref, config=reference_config(lc))
             self.ref_model.eval()
         self.tokenizer, self.processor = load_processors(self.model_path)

@@ -1,17 +1,19 @@
 """bf16 against fp32 on CPU: the learner's RL step and the HF engine's generation, on a run's
 rollouts and items.
 
-``learner.precision=bf16`` trains bf16 weights (DeepSpeed keeps fp32 ones for the optimizer)
+``learner.precision=bf16`` trains bf16 weights (DeepSpeed keeps fp32 ones for the optimizer),
+``learner.precision=bf16-mixed`` fp32 weights with bf16 matmuls under ``torch.autocast``,
 and ``model.dtype=bfloat16`` loads the engine's weights in bf16; on CPU both keep attention in
 fp32 (actors/cpu_attention.py), whose bf16 kernels are the slower ones there. The learner's
 step is timed on the run's logged groups whose rewards differ (as ``share_prompts.py`` does),
 the engine's generation on ``--prompts`` of the run's RL items with its rollout settings.
-fp32 and bf16 alternate, so both see the same CPU contention; figures are medians.
+The precisions alternate, so all see the same CPU contention; figures are medians.
 
     python benchmarks/cpu_bf16.py --run runs/demo/rl [--groups 48] [--steps 5] [--prompts 110]
 
-Ends with ``RESULT learner_fp32_s=… learner_bf16_s=… learner_speedup=… generate_fp32_s=…
-generate_bf16_s=… generate_speedup=…``.
+Ends with ``RESULT learner_fp32_s=… learner_bf16_s=… learner_speedup=… learner_mixed_s=…
+learner_mixed_speedup=… generate_fp32_s=… generate_bf16_s=… generate_speedup=…`` (a speedup is
+fp32's time over the other's).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def main() -> None:
     learners = {
         p: Learner.local(config.model_copy(update={"learner": config.learner.model_copy(
             update={"precision": p})}), config.model.path)
-        for p in ("fp32", "bf16")
+        for p in ("fp32", "bf16", "bf16-mixed")
     }  # fmt: skip
     learn = _alternate(
         {p: (lambda r, lrn=lrn: lrn.train_step("rl", batch)) for p, lrn in learners.items()},
@@ -81,17 +83,23 @@ def main() -> None:
         },
         args.steps,
     )
-    result = []
+    med: dict[str, dict[str, float]] = {}
     for name, t in (("learner", learn), ("generate", gen)):
         print(
-            f"{name} (s): fp32 " + " ".join(f"{x:.2f}" for x in t["fp32"])
-            + " | bf16 " + " ".join(f"{x:.2f}" for x in t["bf16"]),
+            f"{name} (s): "
+            + " | ".join(f"{p} " + " ".join(f"{x:.2f}" for x in xs) for p, xs in t.items()),
             flush=True,
-        )  # fmt: skip
-        fp32, bf16 = statistics.median(t["fp32"]), statistics.median(t["bf16"])
-        result += [f"{name}_fp32_s={fp32:.3f}", f"{name}_bf16_s={bf16:.3f}",
-                   f"{name}_speedup={fp32 / bf16:.2f}"]  # fmt: skip
-    print("RESULT " + " ".join(result))
+        )
+        med[name] = {p: statistics.median(xs) for p, xs in t.items()}
+    lrn, gen_s = med["learner"], med["generate"]
+    print("RESULT " + " ".join([
+        f"learner_fp32_s={lrn['fp32']:.3f}", f"learner_bf16_s={lrn['bf16']:.3f}",
+        f"learner_speedup={lrn['fp32'] / lrn['bf16']:.2f}",
+        f"learner_mixed_s={lrn['bf16-mixed']:.3f}",
+        f"learner_mixed_speedup={lrn['fp32'] / lrn['bf16-mixed']:.2f}",
+        f"generate_fp32_s={gen_s['fp32']:.3f}", f"generate_bf16_s={gen_s['bf16']:.3f}",
+        f"generate_speedup={gen_s['fp32'] / gen_s['bf16']:.2f}",
+    ]))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -296,7 +296,13 @@ class GRPOConfig(Section):
 class LearnerConfig(Section):
     num_ranks: int = Field(1, ge=1)
     zero_stage: int = Field(2, ge=0, le=3)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "bf16-mixed"] = Field(
+        "fp32",
+        description="fp32; bf16: bf16 weights (DeepSpeed keeps fp32 ones for the optimizer); "
+        "bf16-mixed: fp32 weights with the matmuls in bf16 under torch.autocast (DeepSpeed's "
+        "torch_autocast), the logits kept in fp32. Not changed by --resume once a checkpoint "
+        "exists.",
+    )
     lr: float = Field(1e-6, gt=0.0)
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: int = Field(0, ge=0)

@@ -69,3 +69,39 @@ def test_a_bf16_learner_on_cpu_trains(tiny_vlm):
     assert 0 < gap.mean() < 0.02, gap.mean()  # bf16's rounding, and no more
     losses = [bf16.train_step("sft", sft_batch())["loss"] for _ in range(6)]
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_a_bf16_mixed_learner_keeps_fp32_weights_and_logits(tiny_vlm):
+    """learner.precision=bf16-mixed: fp32 weights, the matmuls in bf16 under torch.autocast
+    (DeepSpeed's torch_autocast), the attention and the output layer in fp32; logprobs near the
+    fp32 learner's, a falling SFT loss, and weights that stay fp32 through the steps."""
+    fp32 = Learner.local(_config(tiny_vlm), tiny_vlm)
+    mixed = Learner.local(_config(tiny_vlm, precision="bf16-mixed"), tiny_vlm)
+    model = mixed.engine.module
+    assert mixed.engine.torch_autocast_enabled()
+    assert model.config._attn_implementation == CPU_ATTENTION
+    seen: dict[str, torch.dtype] = {}
+
+    def record(name: str):
+        def hook(module, inputs, output) -> None:
+            seen.setdefault(name, output.dtype)
+
+        return hook
+
+    hooks = [
+        module.register_forward_hook(record(name))
+        for name, module in (
+            ("head", model.get_output_embeddings()),
+            ("mlp", model.model.language_model.layers[0].mlp.down_proj),
+        )
+    ]
+    trajs = rl_batch(fp32)
+    lp_mixed = torch.tensor(_logprobs(mixed, trajs))
+    for h in hooks:
+        h.remove()
+    assert seen == {"head": torch.float32, "mlp": torch.bfloat16}
+    gap = (lp_mixed - torch.tensor(_logprobs(fp32, trajs))).abs()
+    assert 0 < gap.mean() < 0.02, gap.mean()  # the matmuls' bf16 rounding, and no more
+    losses = [mixed.train_step("sft", sft_batch())["loss"] for _ in range(6)]
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

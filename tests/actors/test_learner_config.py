@@ -36,6 +36,20 @@ def test_zero_stage_precision_and_batch_arithmetic(stage):
     assert ds["zero_optimization"].get("overlap_comm", False) is (stage == 2)
 
 
+def test_bf16_mixed_is_torch_autocast_over_fp32_weights():
+    from actors.deepspeed_config import reference_config
+
+    cfg = LearnerConfig(precision="bf16-mixed", zero_stage=3)
+    for ds in (deepspeed_config(cfg), reference_config(cfg)):
+        assert "bf16" not in ds  # the weights stay fp32
+        assert ds["torch_autocast"] == {
+            "enabled": True,
+            "dtype": "bfloat16",
+            "lower_precision_safe_modules": [],  # gradients reduced in fp32
+        }
+    assert "torch_autocast" not in deepspeed_config(LearnerConfig(precision="bf16"))
+
+
 @pytest.mark.parametrize(
     ("schedule", "expected"),
     [

@@ -127,6 +127,30 @@ def test_two_ranks_equal_one_rank_with_twice_the_micro_batch(ray_local, tiny_tex
     assert min(pre_two) > 0 and max(pre_two) - min(pre_two) <= 12
 
 
+def test_two_bf16_mixed_ranks_reduce_fp32_gradients(ray_local, tiny_text_model):
+    """learner.precision=bf16-mixed over two gloo ranks: DeepSpeed's torch_autocast in each
+    rank's passes, the gradients reduced in fp32, and the step one rank with twice the
+    micro-batch takes, to within the matmuls' bf16 rounding."""
+    results = {}
+    for name, ranks, micro in (("one", 1, 2), ("two", 2, 1)):
+        cfg = _config(tiny_text_model, ranks=ranks, micro=micro)
+        mixed = cfg.learner.model_copy(update={"precision": "bf16-mixed"})
+        cfg = cfg.model_copy(update={"learner": mixed})
+        group = LearnerGroup(cfg, tiny_text_model)
+        try:
+            out = []
+            for stage, batch in (("pretrain", text_batch(0)), ("rl", rl_batch(group.tokenizer))):
+                group.call("record_optimizer_grads")
+                out.append((group.train_step(stage, batch), _grads(group)))
+            results[name] = out
+        finally:
+            group.shutdown()
+    for (s1, g1), (s2, g2) in zip(results["one"], results["two"], strict=True):
+        assert g1.dtype == torch.float32 and g2.dtype == torch.float32
+        assert s2["loss"] == pytest.approx(s1["loss"], rel=2e-2, abs=1e-3)
+        assert _close(g2, g1) < 2e-2  # 0.1 to 0.5% measured
+
+
 def test_resume_continues_exactly_after_restart(ray_local, tiny_text_model, tmp_path):
     """4 steps straight equal 2 steps, save, a fresh group (new processes) loading, 2 more.
     The fresh group is started with ``wait=False``, as the driver does to start the other
