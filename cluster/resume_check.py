@@ -34,6 +34,16 @@ FIXED = ("stage", "model.tiny", "model.tiny_overrides", "model.tokenizer_merges"
 #: optimizer-state files under the other precision's names, "bf16_zero_pp_rank_0_..." against
 #: "zero_pp_rank_0_...", and finds none).
 FIXED_BY_CHECKPOINT = ("learner.num_ranks", "learner.zero_stage", "learner.precision")
+#: Precisions whose checkpoints are the same files: fp32 weights and optimizer state either way
+#: (bf16-mixed only casts to bf16 inside the forward passes), so a run may go between them
+FP32_WEIGHTS = frozenset({"fp32", "bf16-mixed"})
+
+
+def _layout_change(key: str, saved: Any, asked: Any) -> bool:
+    """Whether changing ``key`` from ``saved`` to ``asked`` changes what the checkpoint holds."""
+    if key == "learner.precision" and {saved, asked} <= FP32_WEIGHTS:
+        return False
+    return key in FIXED_BY_CHECKPOINT
 
 
 class ResumeConflict(ValueError):
@@ -136,7 +146,7 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
             "with its own settings, or start a new run (--set run.name=<new name>)"
         )
     steps = saved_steps(run_dir)
-    if steps and (bad := [k for k in diff if k in FIXED_BY_CHECKPOINT]):
+    if steps and (bad := [k for k in diff if _layout_change(k, *diff[k])]):
         raise ResumeConflict(
             f"--resume: the learner checkpoint of step {steps[-1]} in {run_dir} cannot load "
             f"with {_listed({k: diff[k] for k in bad})} (saved -> asked): DeepSpeed loads it "

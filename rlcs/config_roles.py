@@ -300,8 +300,8 @@ class LearnerConfig(Section):
         "fp32",
         description="fp32; bf16: bf16 weights (DeepSpeed keeps fp32 ones for the optimizer); "
         "bf16-mixed: fp32 weights with the matmuls in bf16 under torch.autocast (DeepSpeed's "
-        "torch_autocast), the logits kept in fp32. Not changed by --resume once a checkpoint "
-        "exists.",
+        "torch_autocast), the logits kept in fp32. Once a checkpoint exists --resume keeps it, "
+        "except between fp32 and bf16-mixed (the same fp32 checkpoint).",
     )
     lr: float = Field(1e-6, gt=0.0)
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"

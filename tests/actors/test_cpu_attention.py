@@ -105,3 +105,20 @@ def test_a_bf16_mixed_learner_keeps_fp32_weights_and_logits(tiny_vlm):
     losses = [mixed.train_step("sft", sft_batch())["loss"] for _ in range(6)]
     assert losses[-1] < 0.8 * losses[0], losses
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_an_fp32_checkpoint_loads_into_a_bf16_mixed_learner_and_back(tiny_vlm, tmp_path):
+    """The same files either way (fp32 weights and optimizer state), so --resume may switch
+    between them: the loaded weights are the saved ones, and the loaded learner steps on."""
+    fp32 = Learner.local(_config(tiny_vlm), tiny_vlm)
+    fp32.train_step("sft", sft_batch())
+    fp32.save_checkpoint(tmp_path, "a")
+    mixed = Learner.local(_config(tiny_vlm, precision="bf16-mixed"), tiny_vlm)
+    mixed.load_checkpoint(tmp_path, "a")
+    for (name, a), (_, b) in zip(fp32.named_weights(), mixed.named_weights(), strict=True):
+        assert torch.equal(a, b), name
+    assert mixed.train_step("sft", sft_batch())["optimizer_steps"] == 1
+    mixed.save_checkpoint(tmp_path, "b")
+    fp32.load_checkpoint(tmp_path, "b")
+    for (name, a), (_, b) in zip(fp32.named_weights(), mixed.named_weights(), strict=True):
+        assert torch.equal(a, b), name

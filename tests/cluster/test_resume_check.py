@@ -206,6 +206,25 @@ def test_the_learner_layout_is_fixed_once_a_checkpoint_holds_it(tmp_path):
     )
 
 
+def test_fp32_and_bf16_mixed_checkpoints_are_the_same_layout(tmp_path):
+    """bf16-mixed keeps fp32 weights and optimizer state: a run may resume in either (the
+    learner's loading of one from the other: tests/actors/test_cpu_attention.py)."""
+    cfg = saved(tmp_path, SFT)
+    (cfg.run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
+    for precision in ("bf16-mixed", "fp32"):
+        asked = load_config(
+            ROOT / "configs" / "tiny-text.yaml",
+            [*SFT, f"run.root={tmp_path}", f"learner.precision={precision}"],
+        )
+        check_resume_settings(asked, cfg.run_dir)
+    bf16 = load_config(
+        ROOT / "configs" / "tiny-text.yaml",
+        [*SFT, f"run.root={tmp_path}", "learner.precision=bf16"],
+    )
+    with pytest.raises(ResumeConflict, match="learner.precision: 'fp32' -> 'bf16'"):
+        check_resume_settings(bf16, cfg.run_dir)
+
+
 def test_a_checkpoint_that_cannot_be_restored_stops_the_run_in_one_line(tmp_path):
     import ray
 
