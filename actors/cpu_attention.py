@@ -40,9 +40,8 @@ def sdpa_gqa(
         is_causal = getattr(module, "is_causal", True)
     is_causal = bool(query.shape[2] > 1 and attention_mask is None and is_causal)
     dtype = query.dtype
-    # (under autocast, rotary embeddings leave the queries and keys fp32 and the values bf16)
+    # all three: under autocast the rotary embedding leaves queries and keys fp32, values bf16
     query, key, value = query.float(), key.float(), value.float()
-    # and in fp32 under torch.autocast too (learner.precision=bf16-mixed)
     with torch.autocast(device_type=query.device.type, enabled=False):
         out = torch.nn.functional.scaled_dot_product_attention(
             query,
