@@ -21,9 +21,8 @@ from actors.deepspeed_config import deepspeed_config, lr_factor, reference_confi
 from actors.learner_batches import RankStep, prepare_step
 from actors.learner_model import (
     freeze_parameters,
-    load_hf_model,
+    load_for_training,
     load_processors,
-    logits_in_fp32,
     param_groups,
     uses_varlen_kernel,
 )
@@ -71,13 +70,7 @@ class Learner:
 
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
-        on_cpu = self.device == "cpu"
-        model = load_hf_model(
-            self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
-        )
-        model.config.use_cache = False
-        if lc.precision == "bf16-mixed":
-            logits_in_fp32(model)
+        model = load_for_training(self.model_path, lc, self.device)
         self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
         groups = param_groups(model, lc.lr, lc.lr_groups)
@@ -94,12 +87,8 @@ class Learner:
             self.is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)
         )
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
-            ref = load_hf_model(
-                self.model_path, attn_implementation=lc.attn_implementation, on_cpu=on_cpu
-            )
+            ref = load_for_training(self.model_path, lc, self.device)
             ref.requires_grad_(False)
-            if lc.precision == "bf16-mixed":
-                logits_in_fp32(ref)
             self.ref_model, _, _, _ = deepspeed.initialize(model=ref, config=reference_config(lc))
             self.ref_model.eval()
         self.tokenizer, self.processor = load_processors(self.model_path)

@@ -52,6 +52,17 @@ def logits_in_fp32(model: torch.nn.Module) -> None:
     head.forward = forward
 
 
+def load_for_training(path: str | Path, lc: Any, device: str) -> torch.nn.Module:
+    """The model a learner rank trains, or its frozen KL reference, from ``lc``
+    (``LearnerConfig``): the CPU attention on CPU, no KV cache, and under ``precision:
+    bf16-mixed`` the output layer in fp32."""
+    model = load_hf_model(path, attn_implementation=lc.attn_implementation, on_cpu=device == "cpu")
+    model.config.use_cache = False
+    if lc.precision == "bf16-mixed":
+        logits_in_fp32(model)
+    return model
+
+
 def uses_varlen_kernel(attn_implementation: str) -> bool:
     """Whether that attention keeps packed documents apart without a mask (flash-attention's
     variable-length kernels): the learner then lays a micro-batch's rows end to end in one."""
