@@ -19,17 +19,16 @@ import torch
 from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor, reference_config
 from actors.learner_batches import RankStep, prepare_step
+from actors.learner_inputs import ModelInputs
 from actors.learner_model import (
     freeze_parameters,
     load_for_training,
     load_processors,
     param_groups,
-    uses_varlen_kernel,
 )
 from actors.network import free_port, join_process_group, node_ip
 from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, tempered_logits, token_entropy, token_logprobs
-from rlcs.packing import Document, collate, tree_attention_mask
 
 
 class Learner:
@@ -71,7 +70,6 @@ class Learner:
         torch.manual_seed(self.config.run.seed)
         lc = self.config.learner
         model = load_for_training(self.model_path, lc, self.device)
-        self.varlen = uses_varlen_kernel(lc.attn_implementation)
         freeze_parameters(model, lc.freeze)
         groups = param_groups(model, lc.lr, lc.lr_groups)
         self.base_lrs = [g["lr"] for g in groups]
@@ -81,98 +79,25 @@ class Learner:
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
         )
-        self.is_vlm = hasattr(model.config, "vision_config")
-        tower_trains = self.is_vlm and any(p.requires_grad for p in model.model.visual.parameters())
-        self.tower_every_pass = (
-            self.is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)
-        )
+        is_vlm = hasattr(model.config, "vision_config")
+        tower_trains = is_vlm and any(p.requires_grad for p in model.model.visual.parameters())
+        tower_every_pass = is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)
         if lc.grpo.kl_coef > 0 and self.config.stage == "rl":  # the KL term is GRPO's alone
             ref = load_for_training(self.model_path, lc, self.device)
             ref.requires_grad_(False)
             self.ref_model, _, _, _ = deepspeed.initialize(model=ref, config=reference_config(lc))
             self.ref_model.eval()
         self.tokenizer, self.processor = load_processors(self.model_path)
-        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.inputs = ModelInputs(
+            self.engine.module,
+            self.tokenizer,
+            lc.attn_implementation,
+            self.engine.device,
+            tower_every_pass=tower_every_pass,
+        )
         self.steps = 0
 
     # ----------------------------------------------------------------- forward passes
-    def _position_ids(self, b: dict[str, Any]) -> torch.Tensor:
-        """Per-document positions; for GLM-4.1V, per-document 3-D RoPE with text positions first."""
-        pos = b["position_ids"]
-        if not self.is_vlm:
-            return pos
-        rope = pos[None].repeat(3, 1, 1)
-        inner = self.engine.module.model
-        for row, start, length, grid, prefix in b.get("doc_spans", []):
-            if grid is None:
-                continue
-            ids = b["input_ids"][row : row + 1, start : start + prefix]
-            mm = b["mm_token_type_ids"][row : row + 1, start : start + prefix]
-            p3, _ = inner.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=grid)
-            rope[:, row, start : start + prefix] = p3[:, 0]
-            if prefix < length:  # a tree's continuations: text after the prefix, one step a token
-                after = pos[row, start + prefix : start + length] - prefix
-                rope[:, row, start + prefix : start + length] = p3.max() + 1 + after
-        return torch.cat([pos[None], rope], dim=0)
-
-    def _logits(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
-        dev = self.engine.device
-        kw: dict[str, Any] = dict(input_ids=b["input_ids"].to(dev), use_cache=False)
-        kw["position_ids"] = self._position_ids(b).to(dev)
-        if "mm_token_type_ids" in b:
-            kw["mm_token_type_ids"] = b["mm_token_type_ids"].to(dev)
-        if "pixel_values" in b:
-            kw["pixel_values"] = b["pixel_values"].to(dev)
-            kw["image_grid_thw"] = b["image_grid_thw"].to(dev)
-        if "branch_ids" in b:  # tree documents: attention only the explicit mask can express
-            if self.varlen:
-                raise ValueError("tree documents (learner.grpo.share_prompts) need sdpa or eager")
-            mask = tree_attention_mask(b["doc_index"], b["branch_ids"]).to(dev)
-            if self.config.learner.attn_implementation == "eager":  # an additive mask
-                mask = torch.zeros(mask.shape, device=dev).masked_fill(~mask, float("-inf"))
-            kw["attention_mask"] = mask
-        if not self.varlen:
-            return model(**kw).logits
-        # flash-attention: the rows end to end in one, where transformers reads each document's
-        # bounds from where its positions restart (each row's padding is a document of its own)
-        rows = kw["input_ids"].shape[0]
-        for key in ("input_ids", "position_ids", "mm_token_type_ids"):
-            if key in kw:
-                kw[key] = kw[key].reshape(*kw[key].shape[:-2], 1, -1)
-        logits = model(**kw).logits
-        return logits.reshape(rows, -1, logits.shape[-1])
-
-    def _collate(
-        self, docs: list[Document], rows: list[list[int]]
-    ) -> tuple[dict[str, Any], list[Document]]:
-        row_docs = [[docs[i] for i in row] for row in rows]
-        if self.tower_every_pass and not any(d.images for row in row_docs for d in row):
-            row_docs.append([self._blank_image_doc()])
-        order = [d for row in row_docs for d in row]
-        return collate(row_docs, self.pad_id), order
-
-    def _blank_image_doc(self) -> Document:
-        """A weight-0 row holding one blank image of the smallest grid, for a micro-batch
-        without images when several ranks train a VLM.
-
-        ZeRO gathers the vision tower's parameters (stage 3) and reduces their gradients (every
-        stage) in collectives that all ranks must join in the same order: a rank whose
-        micro-batch had no image would skip them and the ranks' collectives would no longer
-        match (a crash under gloo, a hang under NCCL). With this row every pass runs the tower
-        where an image pass does; the row's targets are ignored and its gradient is zero."""
-        vision = self.engine.module.config.vision_config
-        m = vision.spatial_merge_size
-        width = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-        ids = self.tokenizer.convert_tokens_to_ids(
-            ["<|begin_of_image|>", "<|image|>", "<|end_of_image|>"]
-        )
-        images = {
-            "pixel_values": torch.zeros(m * m, width),
-            "image_grid_thw": torch.tensor([[1, m, m]]),
-            "mm_token_type_ids": torch.tensor([0, 1, 0], dtype=torch.int32),
-        }
-        return Document(ids, [0.0, 0.0, 0.0], images=images)
-
     def _policy_temperature(self) -> float:
         """What the policy's logits are divided by: the rollout's sampling temperature, so that
         the objective's logprobs are those of the distribution the samples came from."""
@@ -200,11 +125,12 @@ class Learner:
         docs = step.docs
         micro = [mb for mini in step.minis for mb in mini]
         if self.world_size > 1 and self.config.learner.zero_stage == 3:
+            filler = self.inputs.filler_batch(step.objective, self.ref_model is not None)
             for _ in range(sum(step.num_micro) - len(micro)):
-                self._logits(model, self._filler_batch(step.objective))
+                self.inputs.logits(model, filler)
         for rows in micro:
-            b, order = self._collate(docs, rows)
-            logits = self._logits(model, b)
+            b, order = self.inputs.collate(docs, rows)
+            logits = self.inputs.logits(model, b)
             targets = b["targets"].to(self.engine.device)
             series = {key: token_logprobs(tempered_logits(logits, temp), targets)}
             if temp != 1.0 and raw_key:
@@ -247,9 +173,9 @@ class Learner:
                 runs.append((filler, 0.0))
             for rows, scale in runs:
                 if rows is None:  # nothing of this mini-batch on this rank
-                    b = self._filler_batch(step.objective)
+                    b = self.inputs.filler_batch(step.objective, self.ref_model is not None)
                 else:
-                    b, _ = self._collate(step.docs, rows)
+                    b, _ = self.inputs.collate(step.docs, rows)
                 loss, info = self._micro_loss(
                     b,
                     step.objective,
@@ -276,15 +202,6 @@ class Learner:
         stats.update({k: float(v) for k, v in step.info.items()})
         return stats
 
-    def _filler_batch(self, objective: str) -> dict[str, Any]:
-        """A micro-batch of weight 0 (a two-token document, and the blank image where the
-        vision tower must run), for a pass a rank must run without work."""
-        zeros = [0.0, 0.0]
-        extras = {"advantages": zeros, "rollout_logprobs": zeros} if objective == "policy" else {}
-        if extras and self.ref_model is not None:  # the KL term reads them, at weight 0 here
-            extras["ref_logprobs"] = zeros
-        return self._collate([Document([self.pad_id] * 2, zeros, extras=extras)], [[0]])[0]
-
     def _micro_loss(
         self,
         b: dict[str, Any],
@@ -294,7 +211,7 @@ class Learner:
         measure: bool = True,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         dev = self.engine.device
-        logits = self._logits(self.engine, b)
+        logits = self.inputs.logits(self.engine, b)
         targets = b["targets"].to(dev)
         weights = b["weights"].to(dev)
         active = (targets >= 0) & (weights != 0)

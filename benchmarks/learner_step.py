@@ -107,7 +107,7 @@ def bare_inputs(learner, docs: list[list[int]]) -> list[dict]:
     from actors.learner_batches import prepare_step
 
     step = prepare_step("pretrain", docs, learner.config, learner.tokenizer, None)[0]
-    return [learner._collate(step.docs, rows)[0] for rows in step.minis[0]]
+    return [learner.inputs.collate(step.docs, rows)[0] for rows in step.minis[0]]
 
 
 def stage_throughput(learner, steps: int) -> dict[str, float]:

@@ -143,9 +143,9 @@ def test_policy_logprobs_are_tempered_and_compared_raw(vlm_learner, tmp_path, mi
         step = prepare_step("rl", trajs, cfg, vlm_learner.tokenizer, vlm_learner.processor)[0]
         micro = [mb for mini in step.minis for mb in mini]
         vlm_learner._fill_logprobs(step, "lp", vlm_learner.engine, raw_key="raw")
-        b, order = vlm_learner._collate(step.docs, micro[0])
+        b, order = vlm_learner.inputs.collate(step.docs, micro[0])
         with torch.no_grad():
-            logits = vlm_learner._logits(vlm_learner.engine, b)
+            logits = vlm_learner.inputs.logits(vlm_learner.engine, b)
         tempered = token_logprobs(logits / 0.5, b["targets"])
         sel = b["doc_offset"] >= 0
         idx, off = b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist()
@@ -269,10 +269,14 @@ def test_vlm_packing_matches_each_document_alone(vlm_learner):
         pretrain_batch()[2:], vlm_learner.tokenizer, vlm_learner.processor, 256
     )
     with torch.no_grad():
-        packed = vlm_learner._logits(vlm_learner.engine, collate([docs], vlm_learner.pad_id))[0]
+        packed = vlm_learner.inputs.logits(
+            vlm_learner.engine, collate([docs], vlm_learner.inputs.pad_id)
+        )[0]
         at = 0
         for d in docs:
-            alone = vlm_learner._logits(vlm_learner.engine, collate([[d]], vlm_learner.pad_id))[0]
+            alone = vlm_learner.inputs.logits(
+                vlm_learner.engine, collate([[d]], vlm_learner.inputs.pad_id)
+            )[0]
             torch.testing.assert_close(packed[at : at + len(d)], alone, atol=2e-5, rtol=1e-4)
             at += len(d)
 

@@ -73,22 +73,22 @@ def _packed_batch(learner) -> dict:
         images["mm_token_type_ids"] = enc["mm_token_type_ids"][0]
         docs.append(Document(enc["input_ids"][0].tolist(), [1.0] * enc["input_ids"].shape[1],
                              images=images))  # fmt: skip
-    return collate([[docs[0], docs[1]], [docs[2], docs[3]]], learner.pad_id)
+    return collate([[docs[0], docs[1]], [docs[2], docs[3]]], learner.inputs.pad_id)
 
 
 def test_packed_logits_under_a_varlen_kernel_equal_sdpas(learner):
     b = _packed_batch(learner)
     module = learner.engine.module
     with torch.no_grad():
-        dense = learner._logits(learner.engine, b)
+        dense = learner.inputs.logits(learner.engine, b)
         module.set_attn_implementation({"text_config": REFERENCE})
         try:
-            learner.varlen = True
-            varlen = learner._logits(learner.engine, b)
-            learner.varlen = False  # the kernel on the rows as they are: one document a row
-            crossing = learner._logits(learner.engine, b)
+            learner.inputs.varlen = True
+            varlen = learner.inputs.logits(learner.engine, b)
+            learner.inputs.varlen = False  # the kernel on the rows as they are: one document a row
+            crossing = learner.inputs.logits(learner.engine, b)
         finally:
-            learner.varlen = False
+            learner.inputs.varlen = False
             module.set_attn_implementation({"text_config": "sdpa"})
     real = b["doc_index"] >= 0
     torch.testing.assert_close(varlen[real], dense[real], rtol=1e-5, atol=1e-5)
@@ -128,7 +128,7 @@ def test_flash_attention_2_gives_sdpas_packed_logits_on_a_gpu(tiny_vlm):
         one = Learner.local(cfg, tiny_vlm)
         b = _packed_batch(one)
         with torch.no_grad():
-            logits[impl] = one._logits(one.engine, b).float()[b["doc_index"] >= 0]
+            logits[impl] = one.inputs.logits(one.engine, b).float()[b["doc_index"] >= 0]
     torch.testing.assert_close(logits["flash_attention_2"], logits["sdpa"], rtol=2e-2, atol=2e-2)
 
 
@@ -137,10 +137,10 @@ def test_eager_attention_keeps_packed_documents_apart_like_sdpa(learner):
     b = _packed_batch(learner)
     module = learner.engine.module
     with torch.no_grad():
-        dense = learner._logits(learner.engine, b)
+        dense = learner.inputs.logits(learner.engine, b)
         module.set_attn_implementation({"text_config": "eager"})
         try:
-            eager = learner._logits(learner.engine, b)
+            eager = learner.inputs.logits(learner.engine, b)
         finally:
             module.set_attn_implementation({"text_config": "sdpa"})
     real = b["doc_index"] >= 0

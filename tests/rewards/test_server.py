@@ -210,6 +210,14 @@ def test_a_body_that_is_not_json_is_refused_naming_its_content_type(server):
 
 
 def test_domains_docs_and_metrics(server):
+    # its own items, so that the metrics below do not rest on the tests before it: a math and
+    # an OCR item scored, and a hung item whose worker is killed at the 2 s timeout
+    for domain, response, answer in [("math", glm("2"), "2"), ("ocr", glm("ab"), "ab")]:
+        assert server.post("/v1/score", json={"domain": domain, "response": response,
+                                               "answer": answer}).json()["reward"] == 1.0  # fmt: skip
+    hung = server.post("/v1/score", json={"domain": "hang", "response": "hang", "answer": None,
+                                          "options": {"format": "bare"}}).json()  # fmt: skip
+    assert hung["error"] == "timeout"
     assert {"math", "gui", "hang"} <= set(server.get("/v1/domains").json()["domains"])
     assert server.get("/docs").status_code == 200
     root = httpx.get(f"{server.base_url}/", follow_redirects=False)  # no token: it is open
