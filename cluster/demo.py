@@ -295,7 +295,8 @@ def write_demo_report(root: Path, summary: dict) -> Path:
         lines += [f"RL ran {summary['rl_iterations']} iterations.", ""]
 
     # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
-    evals = [r for r in records if "eval/pass_rate/all" in r]
+    # (an evaluation before RL's first iteration, run.eval_before_train, is the same point)
+    evals = [r for r in records if "eval/pass_rate/all" in r and r["step"] > 0]
     heldout = {}
     for d in domains:
         pts = [(0, before[d]["pass_rate"])]

@@ -28,7 +28,8 @@ SAMPLING_ONLY = ("n", "temperature", "top_p", "num_workers", "sleep_between_iter
 #: earlier stages kept on ``--resume``.
 RL_ONLY = ("rollout", "reward", "curriculum", "learner.grpo", "data.domain_weights",
            "run.iterations", "run.prompts_per_iteration", "run.topup_rounds",
-           "run.samples_per_iteration", "run.eval_every", "run.eval_samples")  # fmt: skip
+           "run.samples_per_iteration", "run.eval_every", "run.eval_before_train",
+           "run.eval_samples")  # fmt: skip
 
 
 def stage_settings(cfg: Config) -> dict:

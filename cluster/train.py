@@ -47,7 +47,7 @@ from rlcs.config import Config, ConfigError, load_config
 from rlcs.data import make_writable_dir
 from rlcs.group_filters import load_group_filter
 from rlcs.report import write_report
-from rlcs.runlog import RunLog, write_resolved
+from rlcs.runlog import RunLog, read_metrics, write_resolved
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ def run_rl(
     if start:
         roles.learner.push_weights(roles.transport)  # engines start from the base weights
     loop = _RLLoop(cfg, roles, data, log, ckpt, clock)
+    if start == 0 and loop.every and cfg.run.eval_before_train and not _baseline_logged(log):
+        log.log(0, loop.evaluate(0), stage="rl")
     bar = tqdm(
         range(start, cfg.run.iterations),
         desc="rl",
@@ -268,6 +270,12 @@ class _RLLoop:
     def close(self) -> None:
         if self.overlapped is not None:
             self.overlapped.close()
+
+
+def _baseline_logged(log: RunLog) -> bool:
+    """Whether the run's metrics already hold the evaluation before its first iteration (a run
+    resumed before its first checkpoint keeps the records up to step 0)."""
+    return any(r.get("step") == 0 and "eval/pass_rate/all" in r for r in read_metrics(log.run_dir))
 
 
 def eval_metrics(ev: dict[str, dict[str, float]]) -> dict[str, float]:

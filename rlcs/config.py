@@ -223,6 +223,12 @@ class RunConfig(Section):
         description="RL: greedy held-out (data.eval) pass rate every N iterations and at the "
         "end, logged as eval/pass_rate/<domain>; 0 turns it off.",
     )
+    eval_before_train: bool = Field(
+        False,
+        description="RL, with eval_every: also evaluate the starting model before the first "
+        "iteration, logged as step 0: the baseline the held-out curves of the report and the "
+        "dashboard start from. A resumed run keeps the step 0 it logged.",
+    )
     eval_samples: int = Field(
         0,
         ge=0,

@@ -75,7 +75,10 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
     stages = sorted({r.get("stage", "rl") for r in records})
     for stage in stages:
         rows = [r for r in records if r.get("stage", "rl") == stage]
-        lines += [f"## {stage}", "", f"{len(rows)} steps.", ""]
+        steps = sum(1 for r in rows if r.get("step", 0) > 0)
+        before = any(r.get("step") == 0 for r in rows)  # run.eval_before_train
+        lines += [f"## {stage}", "", f"{steps} steps" + (", and the held-out evaluation before the "
+                  "first (step 0)." if before else "."), ""]  # fmt: skip
         for panel, prefixes in PANELS.items():
             series = _series(rows, prefixes)
             if not series:

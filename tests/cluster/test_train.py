@@ -72,7 +72,8 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 # One HF-engine run serves both the run-directory checks and, as the uninterrupted reference,
 # the resume test: each driver start costs ~30 s of Ray and actor start-up on two cores.
 STRAIGHT = [*FAST, "rollout.engine=hf", "run.iterations=4", "run.save_every=2",
-            "run.eval_every=2", "run.eval_samples=3", "run.export_hf_checkpoints=true"]  # fmt: skip
+            "run.eval_every=2", "run.eval_samples=3", "run.eval_before_train=true",
+            "run.export_hf_checkpoints=true"]  # fmt: skip
 
 
 def set_args(sets: list[str], root: Path) -> list[str]:
@@ -102,8 +103,11 @@ def test_rl_run_writes_the_run_directory(straight_run):
     assert (step2 / "config.json").is_file()
     final = (run / "hf" / "model.safetensors").read_bytes()
     assert (step4 / "model.safetensors").read_bytes() == final
-    recs = read_metrics(run)
+    baseline, *recs = read_metrics(run)
     assert [r["step"] for r in recs] == [1, 2, 3, 4]
+    # run.eval_before_train: the starting model's held-out figures as step 0, and nothing else
+    assert baseline["step"] == 0 and "eval/pass_rate/all" in baseline
+    assert not any(k.startswith(("reward/", "curriculum/", "time/")) for k in baseline)
     assert {
         "reward/mean",
         "curriculum/expansion_ratio",
@@ -123,6 +127,10 @@ def test_rl_run_writes_the_run_directory(straight_run):
         )
         assert 0.0 <= sampled <= best <= 1.0
     assert (run / "report" / "rl-held-out_samples.png").is_file()
+    assert (
+        "4 steps, and the held-out evaluation before the first (step 0)."
+        in (run / "report.md").read_text()
+    )
     assert 0.0 <= recs[1]["logprob_mismatch"] < 0.05  # learner and engine see the same thing
     assert load_config(run / "config.yaml").run.iterations == 4
     again = run_cli("configs/tiny-text.yaml", *set_args(STRAIGHT, straight_run))
@@ -150,8 +158,9 @@ def test_resume_after_kill_equals_an_uninterrupted_run(straight_run, tmp_path):
     for key in ("attempts", "successes", "ema", "last_seen", "tier"):
         assert np.array_equal(a[key], b[key]), key
     assert a["expansion_ema"] == b["expansion_ema"]
+    # step 0, the evaluation before the first iteration, is kept and not run again
     steps = [r["step"] for r in read_metrics(root / "tiny-text")]
-    assert steps == [1, 2, 3, 4]
+    assert steps == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.slow

@@ -55,3 +55,14 @@ def test_report_has_plots_and_last_values(tmp_path):
     # what became of each iteration's groups has a plot of its own
     assert "(report/rl-groups_a_step.png)" in text and "| curriculum/groups | 45 |" in text
     assert "Held-out" not in text  # a panel with nothing logged is left out
+    assert "5 steps." in text
+
+
+def test_report_counts_the_evaluation_before_training_apart_from_the_steps(tmp_path):
+    with RunLog(tmp_path, tensorboard=False) as log:
+        log.log(0, {"eval/pass_rate/all": 0.5, "eval/pass_rate/math": 0.25})
+        for step in (1, 2):
+            log.log(step, {"reward/mean": 0.5, "eval/pass_rate/all": 0.5 + step / 10})
+    text = write_report(tmp_path, title="tiny").read_text()
+    assert "2 steps, and the held-out evaluation before the first (step 0)." in text
+    assert "![Held-out pass rate (greedy)](report/rl-held-out_pass_rate.png)" in text
