@@ -15,6 +15,7 @@ learning rate): those are listed, so none changes unnoticed. Three kinds may not
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,25 @@ log = logging.getLogger(__name__)
 #: Keys (and key prefixes) a resumed run must keep.
 FIXED = ("stage", "model.tiny", "model.tiny_overrides", "model.tokenizer_merges",
          "model.tokenizer_corpus")  # fmt: skip
-#: ... and those it must keep once it has saved a learner checkpoint: DeepSpeed partitions the
-#: optimizer state over the ranks, and loads it back only as it was saved (2 ranks into 1: "The
-#: checkpoint being loaded used a DP world size of 2 but the current world size is 1"; ZeRO-2
-#: into ZeRO-3: an assertion in its state-dict loader; fp32 into bf16 and back: it looks for the
-#: optimizer-state files under the other precision's names, "bf16_zero_pp_rank_0_..." against
-#: "zero_pp_rank_0_...", and finds none).
-FIXED_BY_CHECKPOINT = ("learner.num_ranks", "learner.zero_stage", "learner.precision")
-#: Precisions whose checkpoints are the same files: fp32 weights and optimizer state either way
-#: (bf16-mixed only casts to bf16 inside the forward passes), so a run may go between them
-FP32_WEIGHTS = frozenset({"fp32", "bf16-mixed"})
+#: ... and those it must keep once it has saved a learner checkpoint, each with what of it the
+#: checkpoint's files depend on: DeepSpeed partitions the optimizer state over the ranks, and
+#: loads it back only as it was saved (2 ranks into 1: "The checkpoint being loaded used a DP
+#: world size of 2 but the current world size is 1"; ZeRO-2 into ZeRO-3: an assertion in its
+#: state-dict loader; fp32 into bf16 and back: it looks for the optimizer-state files under the
+#: other precision's names, "bf16_zero_pp_rank_0_..." against "zero_pp_rank_0_...", and finds
+#: none). Of the precision only the weights' dtype: bf16-mixed keeps fp32 weights and optimizer
+#: state (it casts to bf16 inside the forward passes alone), so a run may go between it and fp32.
+FIXED_BY_CHECKPOINT: dict[str, Callable[[Any], Any]] = {
+    "learner.num_ranks": lambda ranks: ranks,
+    "learner.zero_stage": lambda stage: stage,
+    "learner.precision": lambda precision: "bf16" if precision == "bf16" else "fp32",
+}
 
 
 def _layout_change(key: str, saved: Any, asked: Any) -> bool:
     """Whether changing ``key`` from ``saved`` to ``asked`` changes what the checkpoint holds."""
-    if key == "learner.precision" and {saved, asked} <= FP32_WEIGHTS:
-        return False
-    return key in FIXED_BY_CHECKPOINT
+    stored = FIXED_BY_CHECKPOINT.get(key)
+    return stored is not None and stored(saved) != stored(asked)
 
 
 class ResumeConflict(ValueError):

@@ -5,26 +5,25 @@ from __future__ import annotations
 import pytest
 import torch
 
+from actors.learner_batches import pretrain_documents
 from actors.learner_inputs import ModelInputs
 from actors.learner_model import load_hf_model, load_processors
-from rlcs.packing import Document
+from tests.actors.learner_helpers import pretrain_batch
 
 
 @pytest.fixture(scope="module")
 def vlm(tiny_vlm):
     model = load_hf_model(tiny_vlm, on_cpu=True).eval()
     tokenizer, processor = load_processors(tiny_vlm)
-    return model, tokenizer, processor
-
-
-def _text_doc(tokenizer, text: str) -> Document:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return Document(ids, [1.0] * len(ids))
+    # three text documents, then two with an image each
+    docs = pretrain_documents(pretrain_batch(), tokenizer, processor, 256)
+    assert [d.images is not None for d in docs] == [False] * 3 + [True] * 2
+    return model, tokenizer, docs
 
 
 def test_a_text_only_micro_batch_gets_a_weight_0_blank_image_row_when_the_tower_must_run(vlm):
-    model, tokenizer, _ = vlm
-    docs = [_text_doc(tokenizer, "plain words"), _text_doc(tokenizer, "more plain words here")]
+    model, tokenizer, docs = vlm
+    docs = docs[:2]
     every = ModelInputs(model, tokenizer, "sdpa", "cpu", tower_every_pass=True)
     b, order = every.collate(docs, [[0, 1]])
     assert len(order) == 3 and order[:2] == docs and order[2].images is not None
@@ -55,15 +54,11 @@ def test_filler_batches_weigh_nothing_and_carry_the_policy_losss_series(vlm):
     assert (sft["input_ids"] == inputs.pad_id).all()
 
 
-def test_position_ids_are_3d_rope_after_each_documents_own_image(vlm, shapes_image):
-    model, tokenizer, processor = vlm
-    enc = processor("<|begin_of_image|><|image|><|end_of_image|>a red box", [shapes_image])
-    images = {k: enc[k] for k in ("pixel_values", "image_grid_thw")}
-    images["mm_token_type_ids"] = enc["mm_token_type_ids"][0]
-    n = enc["input_ids"].shape[1]
-    image_doc = Document(enc["input_ids"][0].tolist(), [1.0] * n, images=images)
+def test_position_ids_are_3d_rope_after_each_documents_own_image(vlm):
+    model, tokenizer, docs = vlm
+    text, image_doc = docs[0], docs[3]
+    n = len(image_doc)
     inputs = ModelInputs(model, tokenizer, "sdpa", "cpu")
-    text = _text_doc(tokenizer, "words")
     b, _ = inputs.collate([text, image_doc], [[0, 1]])
     pos = inputs.position_ids(b)
     assert pos.shape == (4, 1, len(text) + n)
