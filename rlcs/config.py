@@ -255,6 +255,27 @@ class RunConfig(Section):
     )
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _evaluation_options_need_eval_every(self) -> RunConfig:
+        """eval_before_train and eval_samples qualify the held-out evaluation; without
+        eval_every there is none, and they would silently do nothing."""
+        if not self.eval_every:
+            wanted = [
+                f"{k}={v}"
+                for k, v in (
+                    ("run.eval_before_train", "true" if self.eval_before_train else None),
+                    ("run.eval_samples", self.eval_samples or None),
+                )
+                if v is not None
+            ]
+            if wanted:
+                raise ValueError(
+                    f"{' and '.join(wanted)} qualify the held-out evaluation, but "
+                    "run.eval_every is 0 (no evaluation): set run.eval_every to N to evaluate "
+                    "every N iterations and at the end"
+                )
+        return self
+
 
 class Config(Section):
     stage: Stage = "rl"

@@ -125,6 +125,25 @@ def test_synthetic_difficulty_ranges(tmp_path):
         load_config(p)
 
 
+def test_evaluation_options_without_eval_every_are_an_error(tmp_path):
+    p = write(tmp_path, "model:\n  tiny: vlm\n")
+    for overrides, named in (
+        (["run.eval_samples=4"], r"run\.eval_samples=4 qualify"),
+        (["run.eval_before_train=true"], r"run\.eval_before_train=true qualify"),
+        (
+            ["run.eval_before_train=true", "run.eval_samples=2"],
+            r"run\.eval_before_train=true and run\.eval_samples=2 qualify",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=rf"--set: run: Value error, {named}.*set "
+                           r"run\.eval_every to N"):  # fmt: skip
+            load_config(p, overrides)
+    run = load_config(
+        p, ["run.eval_every=3", "run.eval_samples=4", "run.eval_before_train=true"]
+    ).run
+    assert (run.eval_every, run.eval_samples, run.eval_before_train) == (3, 4, True)
+
+
 def test_config_files_that_cannot_be_read_as_a_config(tmp_path):
     dup = write(tmp_path, "model:\n  tiny: text\nrun:\n  name: first\nrun:\n  iterations: 3\n")
     with pytest.raises(ConfigError, match=r"key 'run' given twice \(first on line 3\)"):
