@@ -200,7 +200,8 @@ def run(
             console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]"
                           f" (its log: {root / 'dashboard.log'})")  # fmt: skip
         try:
-            train(rl)
+            # the SFT checkpoint's evaluation is RL's step 0, where the dashboard's curves start
+            train(rl, baseline=before)
         finally:
             if dash is not None:
                 dash.terminate()
@@ -295,7 +296,8 @@ def write_demo_report(root: Path, summary: dict) -> Path:
         lines += [f"RL ran {summary['rl_iterations']} iterations.", ""]
 
     # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
-    # (an evaluation before RL's first iteration, run.eval_before_train, is the same point)
+    # (RL's metrics hold the same figures as step 0, logged from that evaluation for the
+    # dashboard, or with run.eval_before_train from one of RL's own)
     evals = [r for r in records if "eval/pass_rate/all" in r and r["step"] > 0]
     heldout = {}
     for d in domains:

@@ -52,7 +52,12 @@ from rlcs.runlog import RunLog, read_metrics, write_resolved
 log = logging.getLogger(__name__)
 
 
-def train(cfg: Config, resume: bool = False) -> Path:
+def train(cfg: Config, resume: bool = False, baseline: dict | None = None) -> Path:
+    """Run the stage ``cfg`` names into its run directory; ``resume`` goes on from its latest
+    checkpoint. ``baseline``: for RL, the starting model's held-out figures measured elsewhere
+    on the same ``data.eval`` items (as ``cluster.evaluate.evaluate`` returns them), logged as
+    step 0 as ``run.eval_before_train`` would log its own evaluation, which it then replaces:
+    the demo's evaluation of its SFT checkpoint starts the RL run's held-out curves."""
     clock = WallBudget(cfg.run.max_wall_s)  # the run's time limit counts from here
     if not ray.is_initialized():
         check_ray_address(cfg)  # an address where nothing answers stops the run before any write
@@ -65,13 +70,15 @@ def train(cfg: Config, resume: bool = False) -> Path:
     created = not cfg.run_dir.exists()
     run_dir = prepare_run_dir(cfg, resume, lock=True)
     try:
-        return _run(cfg, resume, run_dir, keep, clock)
+        return _run(cfg, resume, run_dir, keep, clock, baseline)
     finally:
         # a run that stopped at its data's check leaves no empty folder holding a lock file
         unlock_run_dir(run_dir, tidy=True, remove_dir=created)
 
 
-def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> Path:
+def _run(
+    cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget, baseline: dict | None
+) -> Path:
     # the data and the model are checked before anything starts, and before the run directory
     # gains the config.yaml that marks it as a run
     data = load_stage_data(cfg, run_dir)
@@ -100,7 +107,7 @@ def _run(cfg: Config, resume: bool, run_dir: Path, keep, clock: WallBudget) -> P
             write_resolved(cfg, run_dir)
         with RunLog(run_dir, resume_step=start if resume else None) as log:
             if cfg.stage == "rl":
-                run_rl(cfg, roles, data, log, ckpt, start, clock)
+                run_rl(cfg, roles, data, log, ckpt, start, clock, baseline)
             else:
                 run_supervised(cfg, roles, data, log, ckpt, start, clock)
         roles.learner.export_hf(run_dir / "hf")
@@ -165,12 +172,16 @@ def run_rl(
     ckpt: Checkpointer,
     start: int,
     clock: WallBudget,
+    baseline: dict | None = None,
 ) -> None:
     if start:
         roles.learner.push_weights(roles.transport)  # engines start from the base weights
     loop = _RLLoop(cfg, roles, data, log, ckpt, clock)
-    if start == 0 and loop.every and cfg.run.eval_before_train and not _baseline_logged(log):
-        log.log(0, loop.evaluate(0), stage="rl")
+    if start == 0 and not _baseline_logged(log):
+        if baseline is not None:
+            log.log(0, eval_metrics(baseline), stage="rl")
+        elif loop.every and cfg.run.eval_before_train:
+            log.log(0, loop.evaluate(0), stage="rl")
     bar = tqdm(
         range(start, cfg.run.iterations),
         desc="rl",

@@ -202,7 +202,12 @@ def test_resume_runs_an_interrupted_rl_stage_again_and_keeps_the_rest(tmp_path, 
         ray.shutdown()
     from rlcs.runlog import read_metrics
 
-    assert max(r["step"] for r in read_metrics(root / "rl")) == 3 == second["rl_iterations"]
+    records = read_metrics(root / "rl")
+    assert max(r["step"] for r in records) == 3 == second["rl_iterations"]
+    # the SFT checkpoint's evaluation is RL's step 0, where the dashboard's held-out curve starts
+    assert records[0]["step"] == 0 and "reward/mean" not in records[0]
+    for d, figures in second["before"].items():
+        assert records[0][f"eval/pass_rate/{d}"] == figures["pass_rate"]
     assert second["rl_continue"] is None  # RL ran to its end
     # SFT's held-out evaluation too: the same checkpoint, asked the same (the RL temperature
     # is not read by a greedy evaluation)
