@@ -177,11 +177,10 @@ def run_rl(
     if start:
         roles.learner.push_weights(roles.transport)  # engines start from the base weights
     loop = _RLLoop(cfg, roles, data, log, ckpt, clock)
-    if start == 0 and not _baseline_logged(log):
-        if baseline is not None:
-            log.log(0, eval_metrics(baseline), stage="rl")
-        elif loop.every and cfg.run.eval_before_train:
-            log.log(0, loop.evaluate(0), stage="rl")
+    wants_baseline = baseline is not None or (loop.every and cfg.run.eval_before_train)
+    if start == 0 and wants_baseline and not _baseline_logged(log):
+        figures = eval_metrics(baseline) if baseline is not None else loop.evaluate(0)
+        log.log(0, figures, stage="rl")
     bar = tqdm(
         range(start, cfg.run.iterations),
         desc="rl",

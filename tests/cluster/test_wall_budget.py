@@ -93,9 +93,11 @@ def fake_rl(monkeypatch, clock: Clock, iter_s: float, eval_s: float) -> list[int
     return evaluated
 
 
-def run_rl(cfg, rec: Recorder):
+def run_rl(cfg, rec: Recorder, baseline: dict | None = None):
     data = StageData(eval_items=[Item(id="h", domain="math", prompt="1+1", answer="2")])
-    train.run_rl(cfg, SimpleNamespace(), data, rec, rec, 0, WallBudget(cfg.run.max_wall_s))
+    train.run_rl(
+        cfg, SimpleNamespace(), data, rec, rec, 0, WallBudget(cfg.run.max_wall_s), baseline
+    )
 
 
 def test_rl_stops_where_one_more_iteration_and_its_evaluation_would_pass_the_limit(
@@ -123,6 +125,28 @@ def test_rl_budgets_an_iteration_for_an_evaluation_not_yet_timed(monkeypatch, cl
     run_rl(rl_config(10, 25.0), rec)
     assert [step for step, _ in rec.logged] == [1] and evaluated == [1]
     assert rec.saves == [(1, True)]
+
+
+def test_a_baseline_measured_elsewhere_is_step_0_in_place_of_an_evaluation(
+    monkeypatch, clock, tmp_path
+):
+    # the demo hands RL its SFT evaluation: logged as step 0, and no live evaluation before the
+    # first iteration, even with run.eval_before_train
+    evaluated = fake_rl(monkeypatch, clock, iter_s=1.0, eval_s=1.0)
+    rec = Recorder()
+    rec.run_dir = tmp_path  # no metrics.jsonl yet: no step 0 logged before
+    cfg = load_config("configs/tiny-text.yaml", ["run.iterations=4", "run.eval_every=4",
+                                                 "run.eval_before_train=true"])  # fmt: skip
+    baseline = {
+        "math": {"pass_rate": 0.25, "reward": 0.3},
+        "all": {"pass_rate": 0.25, "reward": 0.3},
+    }
+    run_rl(cfg, rec, baseline)
+    assert [step for step, _ in rec.logged] == [0, 1, 2, 3, 4] and evaluated == [4]
+    assert rec.logged[0][1] == {
+        "eval/pass_rate/math": 0.25, "eval/reward/math": 0.3,
+        "eval/pass_rate/all": 0.25, "eval/reward/all": 0.3,
+    }  # fmt: skip
 
 
 def test_without_a_limit_rl_runs_every_iteration(monkeypatch, clock):
