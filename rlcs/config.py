@@ -259,21 +259,15 @@ class RunConfig(Section):
     def _evaluation_options_need_eval_every(self) -> RunConfig:
         """eval_before_train and eval_samples qualify the held-out evaluation; without
         eval_every there is none, and they would silently do nothing."""
-        if not self.eval_every:
-            wanted = [
-                f"{k}={v}"
-                for k, v in (
-                    ("run.eval_before_train", "true" if self.eval_before_train else None),
-                    ("run.eval_samples", self.eval_samples or None),
-                )
-                if v is not None
-            ]
-            if wanted:
-                raise ValueError(
-                    f"{' and '.join(wanted)} qualify the held-out evaluation, but "
-                    "run.eval_every is 0 (no evaluation): set run.eval_every to N to evaluate "
-                    "every N iterations and at the end"
-                )
+        wanted = ["run.eval_before_train=true"] if self.eval_before_train else []
+        if self.eval_samples:
+            wanted.append(f"run.eval_samples={self.eval_samples}")
+        if wanted and not self.eval_every:
+            raise ValueError(
+                f"{' and '.join(wanted)} qualify the held-out evaluation, but run.eval_every "
+                "is 0 (no evaluation): set run.eval_every to N to evaluate every N iterations "
+                "and at the end"
+            )
         return self
 
 
