@@ -20,26 +20,12 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from rounds import alternate  # noqa: E402
 from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
-
-
-def _alternate(fns: dict[str, Callable[[int], object]], rounds: int) -> dict[str, list[float]]:
-    """Each of ``fns`` once a round, in turn, after a warm-up round; seconds per call."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(rounds + 1):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn(r)
-            if r:
-                times[name].append(time.perf_counter() - t0)
-    return times
 
 
 def main() -> None:
@@ -63,7 +49,7 @@ def main() -> None:
             update={"precision": p})}), config.model.path)
         for p in ("fp32", "bf16", "bf16-mixed")
     }  # fmt: skip
-    learn = _alternate(
+    learn = alternate(
         {p: (lambda r, lrn=lrn: lrn.train_step("rl", batch)) for p, lrn in learners.items()},
         args.steps,
     )
@@ -76,7 +62,7 @@ def main() -> None:
         p: RolloutWorkerImpl(config.model.path, config.rollout, dtype=dt)
         for p, dt in (("fp32", "float32"), ("bf16", "bfloat16"))
     }
-    gen = _alternate(
+    gen = alternate(
         {
             p: (lambda r, w=w: w.generate(items, step=r, base_dir=str(items_file.parent)))
             for p, w in workers.items()
@@ -85,12 +71,8 @@ def main() -> None:
     )
     med: dict[str, dict[str, float]] = {}
     for name, t in (("learner", learn), ("generate", gen)):
-        print(
-            f"{name} (s): "
-            + " | ".join(f"{p} " + " ".join(f"{x:.2f}" for x in xs) for p, xs in t.items()),
-            flush=True,
-        )
-        med[name] = {p: statistics.median(xs) for p, xs in t.items()}
+        print(f"{name} (s): " + " | ".join(t.line(p) for p in t.wall), flush=True)
+        med[name] = {p: t.median(p) for p in t.wall}
     lrn, gen_s = med["learner"], med["generate"]
     print("RESULT " + " ".join([
         f"learner_fp32_s={lrn['fp32']:.3f}", f"learner_bf16_s={lrn['bf16']:.3f}",

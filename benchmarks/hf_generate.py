@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
-import time
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rounds import alternate  # noqa: E402
 
 
 def parse_variants(text: str) -> list[tuple[int, bool]]:
@@ -69,16 +69,20 @@ def main() -> None:
         )
         for bs, share in variants
     ]
-    times: list[list[float]] = [[] for _ in variants]
-    first: list[list] = []
-    for r in range(args.rounds):
-        for v, (name, worker) in enumerate(zip(names, workers, strict=True)):
-            t0 = time.perf_counter()
-            trajs = worker.generate(items, step=r, base_dir=str(args.items.parent))
-            times[v].append(time.perf_counter() - t0)
-            if r == 0:
-                first.append(trajs)
-            print(f"round {r} {name:>11}: {times[v][-1]:6.2f} s, {len(trajs)} rollouts", flush=True)
+
+    def progress(r, name, seconds, trajs):
+        print(f"round {r} {name:>11}: {seconds:6.2f} s, {len(trajs)} rollouts", flush=True)
+
+    t = alternate(
+        {
+            name: (lambda r, w=worker: w.generate(items, step=r, base_dir=str(args.items.parent)))
+            for name, worker in zip(names, workers, strict=True)
+        },
+        args.rounds,
+        warmup=0,
+        on_call=progress,
+    )
+    first = [t.results[name][0] for name in names]
     ref = first[0]
     worst = 0.0
     for name, trajs in zip(names[1:], first[1:], strict=True):
@@ -87,7 +91,7 @@ def main() -> None:
                 raise SystemExit(f"{name}: a rollout of {a.item_id} differs from {names[0]}'s")
             worst = max([worst, *(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True))])
     n_tok = sum(len(t.token_ids) for t in ref)
-    med = [statistics.median(t) for t in times]
+    med = [t.median(name) for name in names]
     for name, m in zip(names, med, strict=True):
         print(f"{name:>11}: median {m:.2f} s, {n_tok / m:.0f} tok/s, x{med[0] / m:.2f}")
     print(f"same tokens in every variant; largest logprob difference {worst:.1e}")

@@ -17,11 +17,10 @@ Ends with ``RESULT recompute_step_s=… rollout_step_s=… speedup=… optimizer
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from rounds import alternate  # noqa: E402
 from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
 
 
@@ -51,19 +50,16 @@ def main() -> None:
     for t in batch:
         n = len(t["prompt_token_ids"])
         t["logprobs"] = own[tuple(t["prompt_token_ids"] + t["token_ids"])][n:]
-    times: dict[str, list[float]] = {"recompute": [], "rollout": []}
-    stats = {}
-    for k in range(args.steps + 1):  # the first round warms up
-        for mode in times:
-            grpo.old_logprobs = mode
-            config.rollout.logprobs = "tempered" if mode == "rollout" else "raw"
-            t0 = time.perf_counter()
-            stats[mode] = learner.train_step("rl", batch)
-            if k:
-                times[mode].append(time.perf_counter() - t0)
-    med = {m: statistics.median(v) for m, v in times.items()}
-    print("steps (s): " + " | ".join(f"{m} " + " ".join(f"{x:.2f}" for x in v)
-                                     for m, v in times.items()), flush=True)  # fmt: skip
+
+    def train(mode: str):
+        grpo.old_logprobs = mode
+        config.rollout.logprobs = "tempered" if mode == "rollout" else "raw"
+        return learner.train_step("rl", batch)
+
+    t = alternate({m: (lambda r, m=m: train(m)) for m in ("recompute", "rollout")}, args.steps)
+    med = {m: t.median(m) for m in t.wall}
+    stats = {m: results[-1] for m, results in t.results.items()}
+    print(f"steps (s): {t.line('recompute')} | {t.line('rollout')}", flush=True)
     print(
         f"RESULT recompute_step_s={med['recompute']:.3f} rollout_step_s={med['rollout']:.3f} "
         f"speedup={med['recompute'] / med['rollout']:.2f} "

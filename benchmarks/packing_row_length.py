@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rounds import alternate  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,24 +62,23 @@ def main() -> None:
         learners[L] = Learner.local(cfg, model_path)
     print(f"threads={torch.get_num_threads()} batch={args.batch} examples={len(rows)}")
 
-    wall: dict[int, list[float]] = {L: [] for L in seq_lens}
-    cpu: dict[int, list[float]] = {L: [] for L in seq_lens}
-    losses: dict[int, list[float]] = {L: [] for L in seq_lens}
-    for k in range(args.warmup + args.steps):
-        batch = supervised_batch(rows, k, args.batch, seed=0)
-        for L, learner in learners.items():
-            w0, c0 = time.perf_counter(), time.process_time()
-            stats = learner.train_step("sft", batch)
-            w, c = time.perf_counter() - w0, time.process_time() - c0
-            if k >= args.warmup:
-                wall[L].append(w)
-                cpu[L].append(c)
-                losses[L].append(stats["loss"])
-    med = {L: statistics.median(v) for L, v in wall.items()}
+    batches = [
+        supervised_batch(rows, k, args.batch, seed=0) for k in range(args.warmup + args.steps)
+    ]
+    t = alternate(
+        {
+            L: (lambda k, lrn=learner: lrn.train_step("sft", batches[k]))
+            for L, learner in learners.items()
+        },
+        args.steps,
+        warmup=args.warmup,
+    )
+    losses = {L: [stats["loss"] for stats in t.results[L]] for L in seq_lens}
+    med = {L: t.median(L) for L in seq_lens}
     for L in seq_lens:
         drift = max(abs(a - b) for a, b in zip(losses[L], losses[seq_lens[0]], strict=True))
-        print(f"seq_len={L:5d} step_s median={med[L]:.3f} min={min(wall[L]):.3f} "
-              f"cpu_s median={statistics.median(cpu[L]):.3f} "
+        print(f"seq_len={L:5d} step_s median={med[L]:.3f} min={min(t.wall[L]):.3f} "
+              f"cpu_s median={t.median_cpu(L):.3f} "
               f"max |loss - loss(seq_len={seq_lens[0]})|={drift:.2e}")  # fmt: skip
     speedup = med[seq_lens[0]] / min(med.values())
     print(

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from collections import defaultdict
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rounds import alternate  # noqa: E402
 
 
 def rollout_groups(run: Path, groups: int) -> list[list[dict]]:
@@ -100,27 +100,23 @@ def main() -> None:
 
     learner = Learner.local(config, config.model.path)
     grpo = config.learner.grpo
-    times: dict[bool, list[float]] = {False: [], True: []}
-    cpu: dict[bool, list[float]] = {False: [], True: []}
     tokens = {}
-    for k in range(args.steps + 1):  # the first round warms up
-        for share in (False, True):
-            grpo.share_prompts = share
-            step = prepare_step("rl", batch, config, learner.tokenizer, learner.processor)[0]
-            tokens[share] = sum(len(d) for d in step.docs)
-            c0, t0 = time.process_time(), time.perf_counter()
-            learner.train_step("rl", batch)
-            if k:
-                times[share].append(time.perf_counter() - t0)
-                cpu[share].append(time.process_time() - c0)
-    plain, shared = statistics.median(times[False]), statistics.median(times[True])
+    for share in (False, True):
+        grpo.share_prompts = share
+        step = prepare_step("rl", batch, config, learner.tokenizer, learner.processor)[0]
+        tokens[share] = sum(len(d) for d in step.docs)
+
+    def train(share: bool):
+        grpo.share_prompts = share
+        return learner.train_step("rl", batch)
+
+    t = alternate({"plain": lambda r: train(False), "shared": lambda r: train(True)}, args.steps)
+    plain, shared = t.median("plain"), t.median("shared")
     print(
-        "steps (s): plain " + " ".join(f"{x:.2f}" for x in times[False])
-        + " | shared " + " ".join(f"{x:.2f}" for x in times[True])
-        + f"; median CPU time plain {statistics.median(cpu[False]):.2f} s,"
-        + f" shared {statistics.median(cpu[True]):.2f} s",
+        f"steps (s): {t.line('plain')} | {t.line('shared')}; median CPU time plain"
+        f" {t.median_cpu('plain'):.2f} s, shared {t.median_cpu('shared'):.2f} s",
         flush=True,
-    )  # fmt: skip
+    )
     print(
         f"RESULT plain_step_s={plain:.3f} shared_step_s={shared:.3f} "
         f"speedup={plain / shared:.2f} plain_tokens={tokens[False]} shared_tokens={tokens[True]}"
