@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         if impl is None:
             print(
                 f"rlcs {args.command}: not built yet in this version of rlcs; see the README's "
-                "roadmap.",
+                "Status section.",
                 file=sys.stderr,
             )
             return 3
