@@ -73,7 +73,7 @@ def main() -> None:
     def progress(r, name, seconds, trajs):
         print(f"round {r} {name:>11}: {seconds:6.2f} s, {len(trajs)} rollouts", flush=True)
 
-    t = alternate(
+    timed = alternate(
         {
             name: (lambda r, w=worker: w.generate(items, step=r, base_dir=str(args.items.parent)))
             for name, worker in zip(names, workers, strict=True)
@@ -82,7 +82,7 @@ def main() -> None:
         warmup=0,
         on_call=progress,
     )
-    first = [t.results[name][0] for name in names]
+    first = [timed.results[name][0] for name in names]
     ref = first[0]
     worst = 0.0
     for name, trajs in zip(names[1:], first[1:], strict=True):
@@ -91,7 +91,7 @@ def main() -> None:
                 raise SystemExit(f"{name}: a rollout of {a.item_id} differs from {names[0]}'s")
             worst = max([worst, *(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True))])
     n_tok = sum(len(t.token_ids) for t in ref)
-    med = [t.median(name) for name in names]
+    med = [timed.median(name) for name in names]
     for name, m in zip(names, med, strict=True):
         print(f"{name:>11}: median {m:.2f} s, {n_tok / m:.0f} tok/s, x{med[0] / m:.2f}")
     print(f"same tokens in every variant; largest logprob difference {worst:.1e}")
