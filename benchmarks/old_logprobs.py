@@ -58,12 +58,11 @@ def main() -> None:
 
     t = alternate({m: (lambda r, m=m: train(m)) for m in ("recompute", "rollout")}, args.steps)
     med = {m: t.median(m) for m in t.wall}
-    stats = {m: results[-1] for m, results in t.results.items()}
     print(f"steps (s): {t.line('recompute')} | {t.line('rollout')}", flush=True)
     print(
         f"RESULT recompute_step_s={med['recompute']:.3f} rollout_step_s={med['rollout']:.3f} "
         f"speedup={med['recompute'] / med['rollout']:.2f} "
-        f"optimizer_steps={int(stats['rollout']['optimizer_steps'])}"
+        f"optimizer_steps={int(t.results['rollout'][-1]['optimizer_steps'])}"
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -25,9 +25,9 @@ class Timings:
     """Per variant, in the order of the timed rounds: seconds of wall clock and of this
     process's CPU time, and each call's return value."""
 
-    wall: dict[Hashable, list[float]] = field(default_factory=dict)
-    cpu: dict[Hashable, list[float]] = field(default_factory=dict)
-    results: dict[Hashable, list[Any]] = field(default_factory=dict)
+    wall: dict[Hashable, list[float]]
+    cpu: dict[Hashable, list[float]]
+    results: dict[Hashable, list[Any]]
 
     def median(self, key: Hashable) -> float:
         return statistics.median(self.wall[key])
