@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from rounds import alternate  # noqa: E402
+from rounds import alternate, count  # noqa: E402
 
 
 def parse_variants(text: str) -> list[tuple[int, bool]]:
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--config", default="configs/tiny-vlm.yaml")
     ap.add_argument("--prompts", type=int, default=96, help="items (the demo rolls out up to 96)")
     ap.add_argument("--variants", default="64:plain,64:shared", help="BATCH:shared|plain, ...")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=count(1), default=3)
     ap.add_argument("--threads", type=int, default=2, help="torch threads (the demo's worker: 2)")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()

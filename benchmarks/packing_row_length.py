@@ -24,15 +24,15 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from rounds import alternate  # noqa: E402
+from rounds import alternate, count  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=12, help="timed steps per row length")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per row length first")
+    ap.add_argument("--steps", type=count(1), default=12, help="timed steps per row length")
+    ap.add_argument("--warmup", type=count(0), default=2, help="untimed steps per row length first")
     ap.add_argument("--seq-lens", default="2048,512,256", help="row lengths, the baseline first")
     ap.add_argument("--batch", type=int, default=16, help="SFT examples per step (the demo's)")
     args = ap.parse_args()

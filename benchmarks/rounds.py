@@ -13,6 +13,7 @@ less by other processes) and what it returned.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -67,3 +68,19 @@ def alternate(
             if on_call is not None:
                 on_call(r, key, wall, result)
     return out
+
+
+def count(least: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a number of rounds or steps: an integer of at least ``least``,
+    so that a bad ``--steps`` stops with a usage error before any model is loaded."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is below the least allowed, {least}")
+        return value
+
+    return parse

@@ -24,7 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from rounds import alternate  # noqa: E402
+from rounds import alternate, count  # noqa: E402
 
 
 def rollout_groups(run: Path, groups: int) -> list[list[dict]]:
@@ -82,7 +82,7 @@ def run_arguments(description: str, set_help: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
     ap.add_argument("--groups", type=int, default=48)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=count(1), default=5, help="timed steps of each variant")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help=set_help)
     return ap
 

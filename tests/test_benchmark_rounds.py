@@ -70,3 +70,16 @@ def test_progress_sees_every_call_including_warm_up(rounds):
 def test_bad_round_counts_are_refused(rounds, n, warmup, message):
     with pytest.raises(ValueError, match=message):
         rounds.alternate({"x": lambda r: None}, rounds=n, warmup=warmup)
+
+
+def test_a_round_count_below_its_least_is_a_usage_error(rounds):
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=rounds.count(1))
+    assert ap.parse_args(["--steps", "3"]).steps == 3
+    for bad, message in (("0", "below the least allowed, 1"), ("two", "not a whole number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            rounds.count(1)(bad)
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--steps", "0"])
