@@ -422,10 +422,17 @@ class Curriculum:
         return load_curriculum(run_dir, attach=attach)
 
     def attach(self, run_dir: str | Path) -> None:
-        """Write per-iteration aggregates to ``RUN_DIR/curriculum/aggregates.sqlite``."""
+        """Write per-iteration aggregates to ``RUN_DIR/curriculum/aggregates.sqlite``.
+
+        Rows the store holds for iterations after this sampler's are dropped: they are those
+        of an attempt that went further (a run resumed from an earlier snapshot, or started
+        over before its first one), which this sampler replays; until it does, the dashboard
+        must not show them as this run's.
+        """
         from rlcs.curriculum.store import STORE_NAME, AggregateStore
 
         self.store = AggregateStore(Path(run_dir) / "curriculum" / STORE_NAME)
+        self.store.drop_after(self.iteration)
         self.store.set_meta(
             domains=self.domain_names,
             tiers=list(self.scheme.names),

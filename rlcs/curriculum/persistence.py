@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,11 +90,21 @@ def config_changes(saved: CurriculumConfig, requested: CurriculumConfig) -> list
     return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(a) if a[k] != b.get(k)]
 
 
+def read_whole_snapshot(
+    folder: str | Path, mmap: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The latest snapshot in ``folder`` (``RUN_DIR/curriculum/``): its arrays (memory-mapped,
+    read-only, if ``mmap``) and meta, once it is known to be whole: a missing array or meta key,
+    or an array of the wrong length, raises ``CorruptSnapshotError`` as a damaged file does."""
+    snap = latest_snapshot(folder)
+    arrays, meta = read_snapshot_at(snap, mmap)
+    _check(snap, arrays, meta)
+    return arrays, meta
+
+
 def load_curriculum(run_dir: str | Path, attach: bool = True) -> Curriculum:
     """Rebuild the sampler from the latest complete snapshot in ``RUN_DIR/curriculum/``."""
-    snap = latest_snapshot(Path(run_dir) / CURRICULUM_DIR)
-    arrays, meta = read_snapshot_at(snap)
-    _check(snap, arrays, meta)
+    arrays, meta = read_whole_snapshot(Path(run_dir) / CURRICULUM_DIR)
     cur = Curriculum.__new__(Curriculum)
     cur.config = CurriculumConfig.model_validate(meta["config"])
     cur.scheme = TierScheme.from_config(cur.config)

@@ -1,7 +1,8 @@
 """The SQLite store of per-iteration aggregates that the dashboard reads.
 
 WAL mode lets the dashboard read while the sampler writes. Rows are keyed by iteration and
-written with ``INSERT OR REPLACE``, so an iteration replayed after a restore overwrites itself.
+written with ``INSERT OR REPLACE``; a sampler that attaches to the store first drops the rows of
+the iterations after its own (an attempt that went further), which it replays.
 """
 
 from __future__ import annotations
@@ -134,6 +135,13 @@ class AggregateStore:
                 [[row["iteration"], r["subcategory"], r["domain"], r["rollouts"], r["successes"],
                   r.get("rate")] for r in subcategories],
             )  # fmt: skip
+
+    def drop_after(self, iteration: int) -> None:
+        """Remove the rows of every iteration after ``iteration``: a sampler at that iteration
+        replays them, and until it does they are those of an attempt that went further."""
+        with self._db:
+            for table in ("iterations", "tiers", "subcategories"):
+                self._db.execute(f"DELETE FROM {table} WHERE iteration > ?", (iteration,))
 
     def close(self) -> None:
         self._db.close()

@@ -19,9 +19,9 @@ from rlcs.curriculum import (
     CorruptSnapshotError,
     SnapshotError,
     merged_pass_rate,
-    read_snapshot,
     read_store,
 )
+from rlcs.curriculum.persistence import read_whole_snapshot
 from rlcs.curriculum.snapshot import LATEST
 from rlcs.dashboard.metrics import MetricsLog
 
@@ -72,7 +72,7 @@ class RunReader:
         if key != self._snap_key or self._snap is None:
             snap, error = None, None
             try:
-                snap = read_snapshot(self.folder, mmap=True)
+                snap = read_whole_snapshot(self.folder, mmap=True)
             except (SnapshotError, FileNotFoundError):
                 pass
             except CorruptSnapshotError as e:  # the page names it; the rest is still served

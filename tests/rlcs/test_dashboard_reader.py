@@ -156,3 +156,37 @@ def test_item_table_sorts_by_a_column_with_ties_in_item_order_and_no_rate_last(t
     assert order("pass_rate", desc=True, limit=2, offset=1) == ["d", "e"]  # the page after sorting
     with pytest.raises(ValueError, match="sort must be one of id, domain, tier"):
         reader.items(sort="colour")
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [("missing", "missing tier.npy"), ("short", "last_seen.npy do not match its 40 items")],
+)
+def test_a_snapshot_missing_an_array_or_with_one_too_short_is_named_not_a_traceback(
+    tmp_path, damage, named
+):
+    """A snapshot whose arrays all load but do not make a whole state (one deleted, one of the
+    wrong length) is named above the item table, as a truncated file is, instead of the item
+    table's request failing with a KeyError or an IndexError."""
+    items = [Item(id=f"m{i}", domain="math", prompt="?") for i in range(40)]
+    cur = curriculum_from_items(items, CurriculumConfig(seed=0))
+    run = tmp_path / "run"
+    cur.attach(run)
+    idx = cur.next_batch(8)
+    cur.report(cur.id_of(idx), np.ones((len(idx), 4)))
+    cur.end_iteration()
+    snap = cur.save(run)
+    if damage == "missing":
+        (snap / "tier.npy").unlink()
+    else:
+        np.save(snap / "last_seen.npy", cur.last_seen[:10])
+    reader = RunReader(run)
+    summary = reader.summary()
+    assert summary["snapshot_iteration"] is None
+    assert named in summary["snapshot_error"] and str(snap) in summary["snapshot_error"]
+    for sort in ("", "last_seen", "pass_rate"):
+        page = reader.items(limit=50, sort=sort)
+        assert page["total"] == 0 and page["rows"] == []
+        assert named in page["snapshot_error"]
+    # the curves, from the store, are still drawn
+    assert reader.series()["iterations"] == [1]
