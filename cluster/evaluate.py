@@ -22,6 +22,7 @@ from rewards.base import is_unscorable
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
 from rlcs.images import inline_images
+from rlcs.vlm_processor import is_vision_model
 
 
 def figures(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -185,6 +186,8 @@ def answer_items(
     if len(by_id) != len(items):
         dup = next(i for i, n in Counter(it.id for it in items).items() if n > 1)
         raise ValueError(f"item ids must be unique: {dup!r} appears more than once")
+    if problem := images_problem(model_path, items):
+        raise ValueError(problem)
     cfg = rollout.model_copy(update={"n": samples, "temperature": temperature})
     step = batch_items or max(1, len(items))
     starts = list(range(0, len(items), step))
@@ -219,6 +222,23 @@ def answer_items(
                 on_batch(done[start])
             bar.update(len(items[start : start + step]))
     return [r for start in sorted(done) for r in done[start]]
+
+
+def images_problem(model_path: str | Path, items: Sequence[Item]) -> str | None:
+    """Why ``items`` cannot go to the model at ``model_path``: one has images and the model is
+    text-only (no vision tower), which its engine would refuse only once it is started; or
+    None."""
+    first = next((it for it in items if it.images), None)
+    try:
+        text_only = first is not None and not is_vision_model(model_path)
+    except (OSError, ValueError):  # no readable config.json: the engine says what is wrong
+        return None
+    if not text_only:
+        return None
+    return (
+        f"item {first.id!r} has images, but {model_path} is a text-only model (no vision tower), "
+        "which cannot read them: give it items without images, or a vision model"
+    )
 
 
 def evaluate(

@@ -30,6 +30,7 @@ from rlcs.data import (
     read_rows,
 )
 from rlcs.images import ImageCheck, decode_image, file_exists
+from rlcs.vlm_processor import IMAGE_TOKEN, is_vision_model
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,36 @@ def model_dir_problem(path: Path) -> str | None:
     from rlcs.vlm_processor import processor_config_problem
 
     return processor_config_problem(path)
+
+
+def model_takes_images(cfg: Config) -> bool | None:
+    """Whether the config's model has a vision tower: a tiny one by its kind, one at
+    ``model.path`` by its config.json; None where that file cannot be read (yet)."""
+    if cfg.model.path is None:
+        return cfg.model.tiny != "text"
+    try:
+        return is_vision_model(cfg.model.path)
+    except (OSError, ValueError):  # no config.json, or not JSON: model_dir_problem says so
+        return None
+
+
+def _model_name(cfg: Config) -> str:
+    return f"model.path {cfg.model.path}" if cfg.model.path else f"model.tiny={cfg.model.tiny}"
+
+
+def images_for_text_model(cfg: Config, where: str, what: str) -> str:
+    """Why ``what`` at ``where``, which has images, cannot go to the config's text-only model
+    (its engines and learner would fail on it at the step that draws it)."""
+    fix = (
+        "set data.synthetic.text_only=true (math and OCR only)"
+        if cfg.data.synthetic is not None
+        else "give items without images"
+    )
+    return (
+        f"{where}: {what} has images, but {_model_name(cfg)} is a text-only model (no vision "
+        f"tower), which cannot read them: {fix}, or train a vision model (model.tiny=vlm, or a "
+        "model.path whose config.json has a vision_config)"
+    )
 
 
 def resolve_model(cfg: Config, run_dir: Path) -> Path:
@@ -271,6 +302,11 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
                              f"RL item has (the items' domains: {have})")  # fmt: skip
         _warn_unweighted(cfg.data.domain_weights, items)
         eval_items = load_rl_items(evals, custom, None, images, asked)
+        if model_takes_images(cfg) is False:
+            for files, its in ((train, items), (evals, eval_items)):
+                if first := next((it for it in its if it.images), None):
+                    where = ", ".join(map(str, files))
+                    raise ValueError(images_for_text_model(cfg, where, f"item {first.id!r}"))
         if cfg.run.eval_every and not eval_items:
             log.warning("run.eval_every=%d asks for a held-out evaluation, but data.eval holds no "
                         "items: the run makes none; give data.eval files, or set "
@@ -284,6 +320,9 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
         rows += _read_rows(p, cfg.stage, with_images)
     if not rows:
         raise DatasetError(train[0], None, f"no {cfg.stage} examples")
+    if with_images and model_takes_images(cfg) is False:
+        path, line, _ = with_images[0]
+        raise ValueError(images_for_text_model(cfg, f"{path}:{line}", f"this {cfg.stage} row"))
     # else opened at its step, far into the run, unnamed; checked after every cheaper check
     check_row_images(with_images, images)
     return StageData(rows=rows)
@@ -307,11 +346,32 @@ def _read_rows(
         if bad:  # a lone path string would otherwise be read letter by letter
             raise DatasetError(path, lineno, "images: expected a list of paths or base64 "
                                f"strings, got {bad[0]!r:.60}")  # fmt: skip
+        if stage == "sft":
+            _check_sft_response(path, lineno, row)
+        elif (found := row["text"].count(IMAGE_TOKEN)) != len(images):
+            # the learner puts each image where its placeholder is, at the step that draws it
+            raise DatasetError(path, lineno, f"text: {found} {IMAGE_TOKEN} placeholders for "
+                               f"{len(images)} images; put one where each image goes")  # fmt: skip
         if images:
             with_images.append((path, lineno, images))
         row["_base"] = str(path.parent)
         rows.append(row)
     return rows
+
+
+def _check_sft_response(path: Path, lineno: int, row: dict[str, Any]) -> None:
+    """Refuse, at load, an SFT row the learner would refuse at the step that draws it: a
+    response not in the recipe's format (``rlcs.sft.check_response``), or a ``thinking`` flag
+    that is no boolean."""
+    from rlcs.sft import check_response
+
+    thinking = row.get("thinking", True)
+    if not isinstance(thinking, bool):
+        raise DatasetError(path, lineno, f"thinking: expected true or false, got {thinking!r:.60}")
+    try:
+        check_response(row["response"], thinking)
+    except ValueError as e:
+        raise DatasetError(path, lineno, f"response: {e} (got {row['response']!r:.80})") from None
 
 
 def supervised_batch(rows: list[dict[str, Any]], step: int, batch: int, seed: int) -> list[dict]:

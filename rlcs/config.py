@@ -12,6 +12,7 @@ here; the sections of the roles (rollout, reward, curriculum, learner, cluster) 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,6 +38,8 @@ from rlcs.config_text import ConfigError, apply_overrides, format_errors, read_c
 
 Stage = Literal["pretrain", "sft", "rl"]
 TaskDomain = Literal["math", "ocr", "grounding", "gui"]  # the synthetic task generators
+#: the generators that can write their task as text (``rlcs.tasks.TEXT_DOMAINS``)
+TEXT_TASK_DOMAINS = ("math", "ocr")
 
 
 def _check_range(r: tuple[float, float]) -> tuple[float, float]:
@@ -56,9 +59,14 @@ def _folder_name(name: str) -> str:
 
 RunName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$"), AfterValidator(_folder_name)]
 
+#: A file or folder path; a leading ``~`` is the user's home, as in a shell. Left as written, a
+#: ``run.root`` of ``~/runs`` (quoted, or in a YAML file) made a folder named ``~`` in the
+#: working directory.
+UserPath = Annotated[str, AfterValidator(os.path.expanduser)]
+
 
 class ModelConfig(Section):
-    path: str | None = Field(None, description="HF model directory to start from.")
+    path: UserPath | None = Field(None, description="HF model directory to start from.")
     tiny: Literal["text", "vlm", "vlm_moe"] | None = Field(
         None,
         description="Build a tiny model of this kind when `path` is unset: a Llama (text), "
@@ -84,7 +92,7 @@ class ModelConfig(Section):
         "punctuation runs become single tokens, digits stay one token each. 0 keeps it "
         "byte-level. Read only where the tiny model is built.",
     )
-    tokenizer_corpus: list[str] = Field(
+    tokenizer_corpus: list[UserPath] = Field(
         default_factory=list,
         description="JSONL files whose rows' text, prompt and response fields the tokenizer's "
         "merges are learnt from; empty: the stage's training files.",
@@ -116,18 +124,34 @@ class SyntheticDataConfig(Section):
     )
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _domains_it_can_build(self) -> SyntheticDataConfig:
+        """Checked here, before the run directory is made: the generators would refuse these
+        only once the build began."""
+        if not self.domains:
+            raise ValueError("domains is empty: name at least one of math, ocr, grounding, gui")
+        if repeated := sorted({d for d in self.domains if self.domains.count(d) > 1}):
+            raise ValueError(f"domains names {', '.join(repeated)} more than once")
+        if self.text_only and (bad := [d for d in self.domains if d not in TEXT_TASK_DOMAINS]):
+            raise ValueError(
+                f"text_only writes each task into its prompt, which only "
+                f"{' and '.join(TEXT_TASK_DOMAINS)} can do, not {', '.join(bad)}: leave "
+                f"{', '.join(bad)} out of domains, or set text_only false (for a vision model)"
+            )
+        return self
+
     def difficulty_of(self, domain: str) -> tuple[float, float]:
         """The difficulty range the domain's examples are drawn from."""
         return tuple(self.domain_difficulty.get(domain, self.difficulty))
 
 
 class DataConfig(Section):
-    train: list[str] = Field(default_factory=list, description="JSONL or Parquet files.")
+    train: list[UserPath] = Field(default_factory=list, description="JSONL or Parquet files.")
     synthetic: SyntheticDataConfig | None = Field(
         None,
         description="Build synthetic task data into RUN_DIR/data and use its split for the stage.",
     )
-    eval: list[str] = Field(
+    eval: list[UserPath] = Field(
         default_factory=list,
         description="RL: held-out items for run.eval_every (pretraining and SFT read none).",
     )
@@ -195,7 +219,7 @@ class DataConfig(Section):
 
 class RunConfig(Section):
     name: RunName = "run"
-    root: str = "runs"
+    root: UserPath = "runs"
     iterations: int = Field(10, ge=1, description="RL iterations.")
     prompts_per_iteration: int = Field(32, ge=1)
     topup_rounds: int = Field(

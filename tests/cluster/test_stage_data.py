@@ -261,7 +261,7 @@ def test_stage_data_checks_supervised_images_and_rl_tiers_before_the_run(tmp_pat
             load_stage_data(cfg, cfg.run_dir)
         return str(e.value).removeprefix(f"{p}:")
 
-    ok = {"prompt": "a", "response": "b", "images": ["img/a.png"]}
+    ok = {"prompt": "a", "response": "<think>b</think><answer>c</answer>", "images": ["img/a.png"]}
     assert stage_error("sft", [ok, {**ok, "images": ["img/gone.png"]}]) == (
         f"2: image 'img/gone.png': image not found: {tmp_path / 'img' / 'gone.png'}"
     )
@@ -286,8 +286,8 @@ def test_data_image_check_decides_how_each_stages_images_are_checked(tmp_path):
     Image.frombytes("RGB", (64, 64), random.Random(2).randbytes(64 * 64 * 3)).save(buf, "PNG")
     (tmp_path / "img" / "cut.png").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
     rows = {
-        "sft": {"prompt": "a", "response": "b"},
-        "pretrain": {"text": "t"},
+        "sft": {"prompt": "a", "response": "<think>b</think><answer>c</answer>"},
+        "pretrain": {"text": "<|image|>t"},
         "rl": {"domain": "ocr", "prompt": "read", "answer": "A"},
     }
 
@@ -335,3 +335,111 @@ def test_a_budget_longer_than_a_learner_row_is_named():
     assert "(20 response tokens: rollout.max_answer_tokens)" in rollout_row_problem(nothink)
     for name in ("tiny-text", "tiny-vlm", "glm4v-9b-8xh100", "glm4v-9b-4node"):
         assert rollout_row_problem(load_config(ROOT / "configs" / f"{name}.yaml")) is None
+
+
+def test_supervised_rows_the_learner_would_refuse_mid_run_stop_the_load(tmp_path):
+    """An SFT response out of the recipe's format, or a pretraining text whose image
+    placeholders do not match its images, failed only at the step that drew it (after hours,
+    with no file or line); the load names it."""
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "img" / "a.png")
+
+    def load(stage, rows):
+        p = tmp_path / f"{stage}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        cfg = load_config(None, ["model.tiny=vlm", f"stage={stage}", f"data.train=[{p}]",
+                                 f"run.root={tmp_path}"])  # fmt: skip
+        try:
+            return len(load_stage_data(cfg, cfg.run_dir).rows)
+        except DatasetError as e:
+            return str(e).removeprefix(f"{p}:")
+
+    good = {"prompt": "1+1?", "response": "<think>1+1=2</think><answer>2</answer>"}
+    nothink = {"prompt": "1+1?", "response": "<answer>2</answer>", "thinking": False}
+    assert load("sft", [good, nothink]) == 2
+    assert load("sft", [good, {**good, "response": "the answer is 2"}]) == (
+        "2: response: thinking response must be <think>…</think><answer>…</answer> "
+        "(got 'the answer is 2')"
+    )
+    assert load("sft", [good, {**nothink, "thinking": "no"}]) == (
+        "2: thinking: expected true or false, got 'no'"
+    )
+    assert load("sft", [{**nothink, "thinking": True}]).startswith("1: response: thinking ")
+
+    slot = "<|begin_of_image|><|image|><|end_of_image|>"
+    assert load("pretrain", [{"text": f"{slot}a red box", "images": ["img/a.png"]}]) == 1
+    assert load(
+        "pretrain", [{"text": "plain"}, {"text": "a red box", "images": ["img/a.png"]}]
+    ) == ("2: text: 0 <|image|> placeholders for 1 images; put one where each image goes")
+    assert load("pretrain", [{"text": f"{slot}{slot}two", "images": ["img/a.png"]}]) == (
+        "1: text: 2 <|image|> placeholders for 1 images; put one where each image goes"
+    )
+
+
+def test_images_for_a_text_only_model_stop_the_load(tmp_path):
+    """Items or rows with images given to a text-only model made its engine fail with a Ray
+    traceback once the run (or `rlcs eval`) had started; the load names the item and the model."""
+    from cluster.evaluate import images_problem
+    from cluster.stage_data import load_rl_items, model_takes_images
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "img" / "a.png")
+    text = {"id": "m0", "domain": "math", "prompt": "1+1?", "answer": "2"}
+    pic = {
+        "id": "m1",
+        "domain": "math",
+        "prompt": "the sum?",
+        "answer": "2",
+        "images": ["img/a.png"],
+    }
+    rl = tmp_path / "rl.jsonl"
+    rl.write_text(json.dumps(text) + "\n" + json.dumps(pic) + "\n")
+    only_text = tmp_path / "text.jsonl"
+    only_text.write_text(json.dumps(text) + "\n")
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"prompt": "a", "response": "<answer>b</answer>", "thinking": False,
+                               "images": ["img/a.png"]}) + "\n")  # fmt: skip
+
+    def cfg(*sets):
+        return load_config(None, [f"run.root={tmp_path}", *sets])
+
+    tiny = cfg("model.tiny=text", f"data.train=[{rl}]")
+    with pytest.raises(ValueError) as e:
+        load_stage_data(tiny, tiny.run_dir)
+    assert str(e.value) == (
+        f"{rl}: item 'm1' has images, but model.tiny=text is a text-only model (no vision "
+        "tower), which cannot read them: give items without images, or train a vision model "
+        "(model.tiny=vlm, or a model.path whose config.json has a vision_config)"
+    )
+    held_out = cfg("model.tiny=text", f"data.train=[{only_text}]", f"data.eval=[{rl}]")
+    with pytest.raises(ValueError, match=f"^{rl}: item 'm1' has images"):
+        load_stage_data(held_out, held_out.run_dir)
+    rows = cfg("model.tiny=text", "stage=sft", f"data.train=[{sft}]")
+    with pytest.raises(ValueError, match=f"^{sft}:1: this sft row has images, but model.tiny=text"):
+        load_stage_data(rows, rows.run_dir)
+    synthetic = cfg("model.tiny=text", "data.synthetic={domains: [math], sizes: {rl_train: 2, "
+                    "heldout: 1, sft: 1, pretrain: 1}}")  # fmt: skip
+    with pytest.raises(ValueError, match=r"set data.synthetic.text_only=true \(math and OCR"):
+        load_stage_data(synthetic, synthetic.run_dir)
+
+    # a vision model takes them; a model.path is judged by its config.json
+    vlm = cfg("model.tiny=vlm", f"data.train=[{rl}]")
+    assert len(load_stage_data(vlm, vlm.run_dir).items) == 2
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    assert model_takes_images(cfg(f"model.path={model}")) is False
+    (model / "config.json").write_text('{"model_type": "glm4v", "vision_config": {}}')
+    assert model_takes_images(cfg(f"model.path={model}")) is True
+    assert model_takes_images(cfg(f"model.path={tmp_path / 'none'}")) is None
+
+    # rlcs eval and rlcs grade: before any engine starts
+    items = load_rl_items([rl])
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    assert images_problem(model, items) == (
+        f"item 'm1' has images, but {model} is a text-only model (no vision tower), which "
+        "cannot read them: give it items without images, or a vision model"
+    )
+    assert images_problem(model, items[:1]) is None
+    (model / "config.json").write_text('{"model_type": "glm4v", "vision_config": {}}')
+    assert images_problem(model, items) is None

@@ -346,3 +346,44 @@ def test_rollout_logprobs_as_old_logprobs_must_be_the_policys():
     with pytest.raises(ConfigError, match=r"rollout\.logprobs=tempered with rollout\.top_p=0\.9"):
         load_config(None, ["model.tiny=text", "rollout.logprobs=tempered", "rollout.top_p=0.9"])
     assert load_config(None, ["model.tiny=text"]).learner.grpo.old_logprobs == "recompute"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.synthetic.domains=[math, grounding, gui]",
+         "text_only writes each task into its prompt, which only math and ocr can do, not "
+         "grounding, gui: leave grounding, gui out of domains, or set text_only false"),
+        ("data.synthetic.domains=[]", "domains is empty: name at least one of math, ocr"),
+        ("data.synthetic.domains=[math, ocr, math]", "domains names math more than once"),
+    ],
+)  # fmt: skip
+def test_synthetic_domains_the_generators_cannot_build_are_refused_by_the_config(override, message):
+    """These stopped the run only once the build began, leaving its directory behind with a
+    half-made data/ folder; the config refuses them before anything is written."""
+    with pytest.raises(ConfigError) as e:
+        load_config(CONFIGS / "tiny-text.yaml", [override])
+    assert f"--set: data.synthetic: Value error, {message}" in str(e.value)
+
+
+def test_text_task_domains_match_the_generators():
+    from rlcs.config import TEXT_TASK_DOMAINS
+    from rlcs.tasks import TEXT_DOMAINS
+
+    assert TEXT_TASK_DOMAINS == TEXT_DOMAINS
+
+
+def test_a_leading_tilde_in_a_path_is_the_home_folder(tmp_path, monkeypatch):
+    """`run.root: ~/runs` made a folder named `~` in the working directory (and the run went
+    there); the config's paths expand `~` as a shell would."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    p = write(tmp_path, "model:\n  path: ~/models/m\nrun:\n  root: ~/runs\n  name: r\n"
+                        "data:\n  train: [~/data/a.jsonl, data/b.jsonl]\n")  # fmt: skip
+    cfg = load_config(p, ["data.eval=[~/data/held.jsonl]", "model.tokenizer_corpus=[~/t.jsonl]"])
+    assert cfg.run_dir == home / "runs" / "r"
+    assert cfg.model.path == str(home / "models" / "m")
+    assert cfg.data.train == [str(home / "data" / "a.jsonl"), "data/b.jsonl"]
+    assert cfg.data.eval == [str(home / "data" / "held.jsonl")]
+    assert cfg.model.tokenizer_corpus == [str(home / "t.jsonl")]
+    assert load_config(p, ["run.root=runs~"]).run.root == "runs~"  # only a leading one
