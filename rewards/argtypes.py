@@ -99,6 +99,15 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def http_url(host: str, port: int, path: str = "") -> str:
+    """The address a server listening on ``host:port`` prints: an IPv6 literal in brackets
+    (``http://[::1]:8266/``), its zone's ``%`` written ``%25`` as a URL needs; a name or an
+    IPv4 address as it is."""
+    if ":" in host and not host.startswith("["):  # no host name or IPv4 address has a colon
+        host = "[" + host.replace("%", "%25") + "]"
+    return f"http://{host}:{port}{path}"
+
+
 def listen_error(host: str, port: int) -> str | None:
     """Why a server could not listen on ``host:port`` (the port is taken, the host is not an
     address of this machine, no permission), or None. Checked before the server prints its

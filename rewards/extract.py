@@ -133,11 +133,20 @@ def _glm_hop(text: str, box: bool = True) -> str:
     if not opens and not closes:
         raise FormatError("no <|begin_of_box|>...<|end_of_box|> in the answer")
     if len(opens) != 1 or len(closes) != 1:
-        raise FormatError("more than one box in the answer")
+        raise FormatError(_box_count_problem(len(opens), len(closes)))
     box_start, box_end = opens[0] + len(BOX_OPEN), closes[0]
     if box_end < box_start:
         raise FormatError("<|end_of_box|> before <|begin_of_box|>")
     return text[box_start:box_end].strip()
+
+
+def _box_count_problem(opens: int, closes: int) -> str:
+    """What is wrong with an answer's box markers, given that they are not one of each."""
+    if opens > 1 or closes > 1:
+        return "more than one box in the answer"
+    if opens:
+        return "<|begin_of_box|> without <|end_of_box|> in the answer"
+    return "<|end_of_box|> without <|begin_of_box|> in the answer"
 
 
 def _boxed_problem(text: str, start: int, end: int) -> str | None:
@@ -187,7 +196,7 @@ def _glm_scan(text: str, box: bool = True) -> str:
     if opens == 0 and closes == 0:
         raise FormatError("no <|begin_of_box|>...<|end_of_box|> in the answer")
     if opens != 1 or closes != 1:
-        raise FormatError("more than one box in the answer")
+        raise FormatError(_box_count_problem(opens, closes))
     start = body.find(BOX_OPEN) + len(BOX_OPEN)
     end = body.find(BOX_CLOSE)
     if end < start:

@@ -186,12 +186,16 @@ class _Gate:
 
 
 def _not_json(content_type: str) -> str | None:
-    """The media type of a Content-Type that is not JSON, or None. As in FastAPI, no header at
-    all reads as JSON, and so does any ``*/json`` or ``*/*+json``; any other body would be
-    refused as "not a valid dictionary", which does not say that the header is the cause."""
+    """The media type of a Content-Type that is not JSON (``none`` when there is no header, or
+    an empty one), or None. As in FastAPI, any ``*/json`` or ``*/*+json`` reads as JSON; FastAPI
+    leaves any other body unparsed, a body without the header too (a request a web page could
+    send without the browser asking first), and would answer 422 "not a valid dictionary",
+    which does not say that the header is the cause."""
     media = content_type.split(";", 1)[0].strip().lower()
     subtype = media.rpartition("/")[2]
-    return None if not media or subtype == "json" or subtype.endswith("+json") else media
+    if not media:
+        return "none"
+    return None if subtype == "json" or subtype.endswith("+json") else media
 
 
 #: FastAPI's whole answer to a body its JSON parser raised on, which says nothing of why
@@ -351,10 +355,25 @@ def create_app(
 
 
 def _env_domains() -> dict[str, str]:
-    """``RLCS_REWARD_DOMAINS="name=pkg.mod:Class,other=pkg.mod:Other"`` adds custom domains."""
+    """``RLCS_REWARD_DOMAINS="name=pkg.mod:Class,other=pkg.mod:Other"`` adds custom domains,
+    each registered (its class imported) here. ``ValueError`` names an entry that is not
+    ``name=pkg.mod:Class`` or whose class cannot be loaded: the server would otherwise stop
+    with a traceback, or leave out an entry with no ``=`` and answer its items "unknown
+    domain"."""
     spec = os.environ.get("RLCS_REWARD_DOMAINS", "")
-    pairs = (part.split("=", 1) for part in spec.split(",") if "=" in part)
-    return {name.strip(): path.strip() for name, path in pairs}
+    found = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, eq, path = (x.strip() for x in part.partition("="))
+        if not (name and eq and path):
+            raise ValueError(f"{part!r} is not name=package.module:Class")
+        try:
+            registry.register(name, path)
+        except Exception as e:  # the user's module may raise anything as it is imported
+            raise ValueError(
+                f"domain {name!r}: cannot load {path!r}: {type(e).__name__}: {e}"
+            ) from None
+        found[name] = path
+    return found
 
 
 def main(args: argparse.Namespace) -> int:
@@ -362,8 +381,13 @@ def main(args: argparse.Namespace) -> int:
     if problem := argtypes.listen_error(args.host, args.port):
         print(f"rlcs serve-rewards: {problem}", file=sys.stderr)
         return 2
+    try:
+        custom = _env_domains()
+    except ValueError as e:
+        print(f"rlcs serve-rewards: RLCS_REWARD_DOMAINS: {e}", file=sys.stderr)
+        return 2
     scorer = RewardScorer(args.workers, timeout_s=args.timeout, max_timeout_s=args.timeout,
-                          custom_domains=_env_domains())  # fmt: skip
+                          custom_domains=custom)  # fmt: skip
     default = getattr(args, "default_domain", "math")
     if default not in registry.domains():
         scorer.close()
@@ -383,7 +407,8 @@ def main(args: argparse.Namespace) -> int:
     # keep it out of the cyclic collector, whose full passes would otherwise stall requests.
     gc.collect()
     gc.freeze()
-    print(f"rlcs reward server on http://{args.host}:{args.port} (docs at /docs)", flush=True)
+    url = argtypes.http_url(args.host, args.port)
+    print(f"rlcs reward server on {url} (docs at /docs)", flush=True)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     finally:

@@ -27,9 +27,16 @@ class BoxError(ValueError):
     """Malformed box text or values; the message says which."""
 
 
+def _no_booleans(values: Any, what: str) -> None:
+    """``float`` reads ``true`` as 1 and ``false`` as 0: a coordinate it is not."""
+    if any(isinstance(v, bool) for v in values):
+        raise BoxError(f"{what} coordinates must be numbers, got {values!r:.60}")
+
+
 def check_box(box: Any) -> tuple[float, float, float, float]:
     if not isinstance(box, (list, tuple)) or len(box) != 4:
         raise BoxError(f"a box is [x1, y1, x2, y2], got {box!r:.60}")
+    _no_booleans(box, "box")
     try:
         x1, y1, x2, y2 = map(float, box)
     except (TypeError, ValueError):
@@ -44,6 +51,7 @@ def check_box(box: Any) -> tuple[float, float, float, float]:
 def check_point(point: Any) -> tuple[float, float]:
     if not isinstance(point, (list, tuple)) or len(point) != 2:
         raise BoxError(f"a point is [x, y], got {point!r:.60}")
+    _no_booleans(point, "point")
     try:
         x, y = (float(v) for v in point)
     except (TypeError, ValueError):

@@ -285,6 +285,9 @@ def truth_type_problem(answer: Any) -> str | None:
     a float or its text: it marks a missing value (a spreadsheet's empty cell)."""
     if _is_nan(answer):  # also the text "nan", which an OCR truth may be
         return NAN_TRUTH
+    if isinstance(answer, str) and not mp.normalize(answer):
+        # an empty cell exported as text: only an empty box would match it
+        return "ground truth: empty, no answer; give the answer, or leave the item out"
     return text_truth_problem(answer)
 
 
@@ -305,6 +308,12 @@ def _letters_only(text: str) -> bool:
     if _LETTERS.fullmatch(text) is None:
         return False
     return not any(w.lower() in _NUMBER_WORDS for w in text.split())
+
+
+def _has_name(text: str) -> bool:
+    """Whether letters-only text holds a name in capitals (``AB``, ``\\angle ABC``), whose
+    case is part of it; the case of a word (``Monday``, ``no solution``) is not."""
+    return any(len(w) > 1 and w.isupper() for w in text.split() if w[0] != "\\")
 
 
 def _is_word(text: str) -> bool:
@@ -405,13 +414,17 @@ class MathVerifier(Verifier):
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
         pred, gt = mp.number_words(pred), mp.number_words(gt)  # five is 5
         if _is_word(gt) and _letters_only(pred):  # BAC is not ABC, as a product would be
-            return Verdict(float(pred.replace(" ", "") == gt.replace(" ", "")))
+            p, g = pred.replace(" ", ""), gt.replace(" ", "")
+            if not _has_name(gt):  # a word, not a name in capitals: No solution, no solution
+                p, g = p.casefold(), g.casefold()
+            return Verdict(float(p == g))
         gt = mp.scale_words(gt)
         if mp.fast_number(gt) is not None:
             pred = mp.strip_unit_words(pred)
         fast = _fast_equal(pred, gt, rel_tol)
         if fast is not None:
             return Verdict(float(fast))
+        pred, gt = mp.drop_thousands(pred), mp.drop_thousands(gt)  # 1,000 is no list
         try:
             g = mp.to_sympy(gt)
         except mp.MathParseError as e:

@@ -42,17 +42,24 @@ _DROP = (
     "\\(", "\\)", "\\[", "\\]", "\\$", "$", *_DEGREE_SIGNS,
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
+#: ``\\mathrm{e}``: Euler's number written upright (as ISO 80000 writes it), read as ``e``
 _RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
-           ("\\varnothing", "\\emptyset"), ("∅", "\\emptyset"))  # fmt: skip
+           ("\\varnothing", "\\emptyset"), ("∅", "\\emptyset"), ("\\mathrm{e}", "e"))  # fmt: skip
+#: a unit after the answer, dropped: ``\\text{ cm}^2``, ``\\mathrm{~cm}`` (a TeX tie before it),
+#: ``\\text{m/s}``, ``\\mathrm{cm^2}``; a scale word (``\\text{ million}``) is kept as a word
 _UNIT_TAIL = re.compile(
-    r"\s*\\(?:text|mbox|mathrm|textrm)\{\s*[A-Za-z][A-Za-z .]*\}(?:\^\{?\d\}?)?$"
+    r"\s*\\(?:text|mbox|mathrm|textrm)\{[\s~]*(?P<unit>[A-Za-z][A-Za-z .~/]*)"
+    r"(?P<inner>\^\{?-?\d\}?)?\}(?P<outer>\^\{?-?\d\}?)?$"
 )
 #: text before a trailing ``\\text{...}``: then that is a word of the answer, not its unit
 _TEXT_BEFORE = re.compile(r"\\(?:text|mbox|mathrm|textrm)\{")
 #: the unit is looked for in the answer's last characters only: a search over the whole text
 #: backtracks quadratically on a long answer with an unclosed ``\text{``
 _UNIT_TAIL_WINDOW = 256
-_DOUBLE_SUPERSCRIPT = re.compile(r"\^\s*(?:[\w.]+|\{[^{}]*\})\s*\^")
+#: a superscript that another follows at once (``a^b^c``, ``9^9^9``, ``x^{2}^{3}``). A superscript
+#: is one number, letter, command or group, as both parsers read it: ``x^2y^2`` is x^2 times
+#: y^2, no double superscript
+_DOUBLE_SUPERSCRIPT = re.compile(r"\^\s*(?:\d+(?:\.\d*)?|[A-Za-z]|\\[A-Za-z]+|\{[^{}]*\})\s*\^")
 _WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|mbox|boxed|mathbf)\{(.*)\}$", re.S)
 _IN_SET = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE = re.compile(r"^\(?([A-J])\)?[.:]?$")
@@ -124,6 +131,10 @@ def normalize(text: str) -> str:
         head = s[: len(s) - len(window) + tail.start()].strip()
         if not _TEXT_BEFORE.search(head):  # \text{A} \text{B} keeps its B
             s = head
+            word = tail.group("unit").replace("~", " ").strip()
+            scale = word.lower().removesuffix("s") in _SCALE_WORDS
+            if scale and not (tail.group("inner") or tail.group("outer")):
+                s = f"{head} {word}"  # 2.5 \text{ million} is 2.5 million, not 2.5
     s = _IN_SET.sub("", s)
     return " ".join(s.split())
 
@@ -200,6 +211,14 @@ def fast_number(s: str) -> tuple[Fraction, bool] | None:
     except (ValueError, ZeroDivisionError):
         return None
     return None
+
+
+def drop_thousands(s: str) -> str:
+    """A number written with thousands separators (``1,000``, ``-12,345.5``, ``1,000%``)
+    without them; any other text as it is. For the parse: the grammar would read ``1,000`` as
+    the list ``1, 0`` (so ``0, 1`` would match it, and ``10^3`` would not)."""
+    body = s[:-1].rstrip() if s.endswith("%") else s
+    return s.replace(",", "") if _THOUSANDS.match(body) else s
 
 
 _ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",

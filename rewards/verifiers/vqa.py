@@ -76,6 +76,17 @@ def as_integer(text: str) -> int | None:
     return None
 
 
+def truth_problem(answer: Any) -> str | None:
+    """Why ``answer`` is no VQA ground truth, or None: not text (``text_truth_problem``), or
+    text that no answer can match, since an answer that normalises to nothing matches nothing
+    (``""``, ``"."``: an empty cell exported as text)."""
+    if problem := text_truth_problem(answer, accepts_list=True):
+        return problem
+    if not any(normalize_text(a, keep_articles=True) for a in _accepted(answer)):
+        return "ground truth: no words, so no answer can match it (an empty cell?)"
+    return None
+
+
 def _accepted(answer: Any) -> list[str]:
     if isinstance(answer, (list, tuple)):
         return [str(a) for a in answer]
@@ -102,10 +113,10 @@ class VQAVerifier(Verifier):
         return len(extracted) <= 1024 and len(str(answer)) <= 2048
 
     def check_answer(self, answer: Any) -> str | None:
-        return text_truth_problem(answer, accepts_list=True)
+        return truth_problem(answer)
 
     def verify(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Verdict:
-        if problem := text_truth_problem(answer, accepts_list=True):
+        if problem := truth_problem(answer):
             return Verdict(0.0, "answer", problem)
         if len(extracted) > MAX_CHARS:
             return Verdict(0.0, "parse", f"answer longer than {MAX_CHARS} characters")

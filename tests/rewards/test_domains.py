@@ -208,6 +208,9 @@ def test_gui_partial_credit_is_opt_in():
         '{"point": [1, 2]}',
         '{"action": "teleport"}',
         '{"action": "click", "point": [5000, 1]}',
+        # a boolean is no coordinate: float() read true as 1 and false as 0
+        '{"action": "click", "point": [true, 300]}',
+        '{"action": "click", "box": [false, 280, 560, 330]}',
     ],
 )
 def test_gui_bad_action_is_a_parse_error(pred):
@@ -222,6 +225,7 @@ def test_gui_bad_action_is_a_parse_error(pred):
         {"action": "drag", "start": [10, 10], "end_box": [50, 50, 20, 20]},
         {"action": "type", "text": None},
         {"action": "key", "key": ["ctrl", "c"]},
+        {"action": "click", "box": [False, 280, 560, 330]},
     ],
 )
 def test_gui_malformed_ground_truth_target_is_an_answer_error(gt):
@@ -260,6 +264,7 @@ def test_vqa(pred, gt, reward):
         ("grounding", "[[10, 20, 30, 40], [0, 0, 5, 5]]", None),
         ("grounding", [[1, 2, 3]], "ground truth: a box is [x1, y1, x2, y2], got [1, 2, 3]"),
         ("grounding", "not a box", "ground truth: "),
+        ("grounding", [[True, 10, 200, 120]], "ground truth: box coordinates must be numbers"),
         ("gui", {"action": "click", "point": [3, 4]}, None),
         ("gui", {"action": "teleport"}, "ground truth: "),
         ("math", "3", None),  # math truths are parsed at scoring time only (not cheap)
@@ -276,6 +281,15 @@ def test_vqa(pred, gt, reward):
         ("vqa", [], "ground truth: an empty list of accepted answers"),
         ("vqa", ["yes", None], "ground truth: a string or a number is expected in the list, "),
         ("astrology", "Leo", "no verifier for domain 'astrology'; known: "),
+        # an empty cell exported as text: math and chart gave 1 to an empty box and 0 to every
+        # answer, VQA 0 to every answer
+        ("math", "", "ground truth: empty, no answer; give the answer, or leave the item out"),
+        ("chart", " $ $ ", "ground truth: empty, no answer"),
+        ("vqa", ".", "ground truth: no words, so no answer can match it"),
+        ("vqa", ["", " "], "ground truth: no words"),
+        ("vqa", ["", "yes"], None),  # another accepted answer can match
+        ("vqa", "The", None),
+        ("ocr", "", None),  # an empty page: an empty transcription scores 1
     ],
 )
 def test_answer_problem_says_which_ground_truths_can_never_be_scored(domain, answer, problem):
@@ -382,12 +396,16 @@ def test_a_scorer_with_malformed_default_options_refuses_to_start():
         ("", "The", 0.0),
         ("A", "The", 0.0),
         ("the cat", "A cat", 1.0),  # articles still drop beside other words
-        ("", "", 0.0),
     ],
 )
 def test_an_answer_that_normalises_to_nothing_never_matches(pred, gt, reward):
     assert VQAVerifier().verify(pred, gt, {}) == (reward, None, None)
     assert ChartVerifier().verify(pred, gt, {}) == (reward, None, None)
+
+
+def test_an_empty_truth_is_an_answer_error_not_a_match_for_an_empty_answer():
+    for verifier in (VQAVerifier(), ChartVerifier()):
+        assert verifier.verify("", "", {})[:2] == (0.0, "answer")
 
 
 def test_vqa_cache_keeps_apart_answers_that_differ_only_in_articles(scorer):

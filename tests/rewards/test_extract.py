@@ -137,3 +137,19 @@ def test_boxed_without_braces_is_rejected_like_boxed_with_them(inside):
             str(e.value)
             == "\\boxed inside <answer> (TeX boxes the token after it); use the box markers"
         )
+
+
+@pytest.mark.parametrize("pad", [0, 5000])  # whole-text counts, and hopping between markers
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        # a box left open (a response cut short) was reported as "more than one box"
+        ("<|begin_of_box|>4", "<|begin_of_box|> without <|end_of_box|> in the answer"),
+        ("4<|end_of_box|>", "<|end_of_box|> without <|begin_of_box|> in the answer"),
+        ("<|begin_of_box|>4<|begin_of_box|>5<|end_of_box|>", "more than one box in the answer"),
+    ],
+)
+def test_an_unclosed_box_is_named_as_such(answer, reason, pad):
+    with pytest.raises(FormatError) as e:
+        extract("<think>" + "x " * pad + "</think><answer>" + answer + "</answer>")
+    assert str(e.value) == reason

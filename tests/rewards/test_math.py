@@ -395,3 +395,88 @@ def test_a_degree_sign_keeps_its_own_cache_entry():
 )
 def test_a_number_in_words_is_that_number(pred, gt, reward):
     assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a number with thousands separators against a side that is not a plain number went to
+        # the grammar, which read 1,000 as the list 1, 0: right answers scored 0, and a list of
+        # its digits scored 1
+        ("1,000,000", "10^6", 1.0),
+        ("1,024", "2^{10}", 1.0),
+        ("2^{10}", "1,024", 1.0),
+        ("-1,000", "-10^{3}", 1.0),
+        ("1,000 \\text{ m}", "10^3", 1.0),
+        ("0, 1", "1,000", 0.0),
+        ("\\{1, 0\\}", "1,000", 0.0),
+        ("1,000", "\\{0, 1\\}", 0.0),
+        ("1,5", "1.5", 0.0),  # no thousands: a list stays a list
+        ("1, 2", "2, 1", 1.0),
+    ],
+)
+def test_thousands_separators_are_read_as_one_number_by_the_parser_too(pred, gt, reward):
+    assert V.verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a unit written as TeX commonly writes it was kept, and the answer read as a product
+        ("7 \\mathrm{~cm}", "7", 1.0),  # a tie before the unit
+        ("7\\mathrm{~cm}^{2}", "7", 1.0),
+        ("12\\,\\mathrm{cm^2}", "12", 1.0),  # the power inside the braces
+        ("5 \\text{ m/s}", "5", 1.0),
+        ("60 \\text{km/h}", "60", 1.0),
+        ("2 \\text{ m}^{-1}", "2", 1.0),
+        ("6 \\text{ m/s}", "5", 0.0),
+        # a scale word in \text{} was dropped as a unit: 2.5 \text{ million} scored 1 against
+        # 2.5 and 0 against 2500000, the other way round from 2.5 million
+        ("2.5 \\text{ million}", "2500000", 1.0),
+        ("2.5 \\text{ million}", "2.5", 0.0),
+        ("3\\mathrm{~thousand}", "3000", 1.0),
+        ("3000", "3 \\text{ thousand}", 1.0),
+        ("3", "3 \\text{ thousand}", 0.0),
+    ],
+)
+def test_units_in_text_commands_are_dropped_and_scale_words_multiply(pred, gt, reward):
+    assert V.verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a word was compared case and all: "No solution" scored 0 against "no solution"
+        ("No solution", "\\text{no solution}", 1.0),
+        ("\\text{devon}", "Devon", 1.0),
+        ("MONDAY", "Monday", 1.0),
+        ("\\text{Mondya}", "monday", 0.0),
+        # a name in capitals keeps its case
+        ("abc", "ABC", 0.0),
+        ("\\angle abc", "\\angle ABC", 0.0),
+        ("ab", "AB", 0.0),
+    ],
+)
+def test_a_word_is_compared_case_aside_and_a_name_in_capitals_with_its_case(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # x^2y^2 was refused as a double superscript, as if it were x^(2y)^2: a parse error
+        # for the answer, an unparsable truth matched by its text only
+        ("x^2y^2", "(xy)^2", 1.0),
+        ("(xy)^2", "x^2y^2", 1.0),
+        ("4x^2y^2", "(2xy)^2", 1.0),
+        ("a^2b^3c", "c a^2 b^3", 1.0),
+        ("x^10y^2", "y^2x^{10}", 1.0),
+        ("x^2y^2", "x^2y^3", 0.0),
+        # Euler's number written upright was a variable named e
+        ("\\mathrm{e}^2", "e^2", 1.0),
+        ("\\frac{1}{\\mathrm{e}}", "e^{-1}", 1.0),
+        ("\\mathrm{e}", "2.718281828", 1.0),
+    ],
+)
+def test_a_product_of_powers_is_no_double_superscript_and_upright_e_is_e(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)

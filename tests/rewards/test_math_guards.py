@@ -181,3 +181,26 @@ def test_huge_matrices_are_refused_before_they_are_built(scorer, pred, detail):
     """zeros(40000, 40000) ran the worker out of memory: a crash, dropped from training."""
     res = scorer.score("math", glm(pred), "5")  # in a worker: a regression is a crash
     assert (res.reward, res.error, res.detail) == (0.0, "parse", detail)
+
+
+@pytest.mark.parametrize("truth", ["", "   ", "$ $", "\\,"])
+def test_an_empty_ground_truth_is_an_answer_error(scorer, truth):
+    """An empty cell exported as text (not NaN) was a truth like any other: an empty box
+    scored 1 against it, and every real answer 0."""
+    from rewards import answer_problem
+
+    for domain in ("math", "chart"):
+        for response in (glm(""), glm("5")):
+            res = scorer.score(domain, response, truth)
+            assert (res.reward, res.error) == (0.0, "answer"), (domain, response, res)
+            assert res.detail == (
+                "ground truth: empty, no answer; give the answer, or leave the item out"
+            )
+        assert answer_problem(domain, truth) == res.detail  # and datasets are checked at load
+    assert scorer.score("math", glm("0"), "0").reward == 1.0  # zero is an answer
+
+
+@pytest.mark.parametrize("pred", ["2^3^2", "x^a^b", "x^{2}^{3}", "x^\\pi^2", "x^2.5^2"])
+def test_a_double_superscript_is_still_refused(pred):
+    res = MathVerifier().verify(pred, "1", {})
+    assert (res.reward, res.error) == (0.0, "parse") and "double superscript" in res.detail

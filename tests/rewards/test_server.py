@@ -209,6 +209,18 @@ def test_a_body_that_is_not_json_is_refused_naming_its_content_type(server):
     assert 'rlcs_reward_requests_total{code="415",path="/v1/score"}' in server.get("/metrics").text
 
 
+def test_a_body_without_a_content_type_is_refused_saying_so(server):
+    # FastAPI leaves such a body unparsed: it was a 422 "Input should be a valid dictionary",
+    # while the docs said it read as JSON
+    body = json.dumps({"domain": "math", "response": glm("1"), "answer": "1"}).encode()
+    for path in ("/v1/score", "/v1/score/batch", "/get_reward"):
+        for headers in ({}, {"content-type": ""}):
+            r = server.post(path, content=body, headers=headers)
+            assert "content-type" not in r.request.headers or headers
+            assert r.status_code == 415, (path, headers, r.text)
+            assert r.json() == {"detail": "expected Content-Type application/json, got none"}
+
+
 def test_domains_docs_and_metrics(server):
     # its own items, so that the metrics below do not rest on the tests before it: a math and
     # an OCR item scored, and a hung item whose worker is killed at the 2 s timeout
@@ -401,3 +413,25 @@ def test_a_polynomial_too_large_for_floats_is_not_equal_to_every_answer(server):
     r = server.post("/v1/score/batch", json={"items": items})
     assert r.status_code == 200, r.text
     assert [x["reward"] for x in r.json()["results"]] == [0.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("x=no_such_module:Cls", "domain 'x': cannot load 'no_such_module:Cls': ModuleNotFound"),
+        ("x=rewards.verifiers.math:Nope", "domain 'x': cannot load 'rewards.verifiers.math:Nope'"),
+        ("x=rewards.base:ScoreResult", "is not a rewards.base.Verifier subclass"),
+        # no '=': the entry was left out, and its items answered "unknown domain"
+        ("exact:rewards.verifiers.math:MathVerifier", "is not name=package.module:Class"),
+    ],
+)
+def test_a_bad_custom_domain_stops_the_server_with_one_line_saying_which(spec, problem):
+    """A custom domain that cannot be loaded stopped the server with a traceback."""
+    cmd = [sys.executable, "-m", "cluster.cli", "serve-rewards", "--port", str(_free_port()),
+           "--workers", "1"]  # fmt: skip
+    env = {**os.environ, "RLCS_REWARD_DOMAINS": spec}
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("rlcs serve-rewards: RLCS_REWARD_DOMAINS: "), r.stderr
+    assert problem in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""  # it never said that it serves
