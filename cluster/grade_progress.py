@@ -41,7 +41,8 @@ class GradeProgress:
             self._write_line(settings, mode="w")
 
     def _load(self) -> None:
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        data = self.path.read_bytes()
+        lines = data.decode("utf-8", errors="replace").splitlines()
         try:
             head = json.loads(lines[0]) if lines else None
         except json.JSONDecodeError:
@@ -52,12 +53,33 @@ class GradeProgress:
                         "starts over", self.path, stale)  # fmt: skip
             self.path.replace(stale)
             return
+        if not data.endswith(b"\n"):
+            self._mend_last_line(data)
         for line in lines[1:]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:  # the last line, cut short by the interruption
                 continue
             self.done[rec["id"]] = rec
+
+    def _mend_last_line(self, data: bytes) -> None:
+        """End the kept file with a newline before anything is appended to it. The
+        interruption left its last line without one: a line that reads whole (only its newline
+        was lost) gets it; a line cut short is cut off, as its item is graded again. Appended
+        onto such a line, the next batch's first item would be unreadable on the next resume."""
+        start = data.rfind(b"\n") + 1
+        try:
+            whole = isinstance(json.loads(data[start:]), dict)
+        except ValueError:  # cut short, or cut inside a character
+            whole = False
+        with self.path.open("r+b") as f:
+            if whole:
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+            else:
+                f.truncate(start)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _write_line(self, obj: dict[str, Any], mode: str = "a") -> None:
         with self.path.open(mode, encoding="utf-8") as f:

@@ -152,11 +152,8 @@ def read_store(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         return {"meta": {}, "iterations": [], "tiers": [], "subcategories": []}
-    # as a URI, percent-encoded: a folder named run#3 or exp?1 would otherwise end the path
-    # early (and "exp?1" would open, even create, the file "exp" read-write)
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    db = _open_read_only(path)
     try:
-        db.row_factory = sqlite3.Row
         meta = {r["key"]: json.loads(r["value"]) for r in db.execute("SELECT * FROM meta")}
         iterations = [dict(r) for r in db.execute("SELECT * FROM iterations ORDER BY iteration")]
         for r in iterations:
@@ -170,3 +167,30 @@ def read_store(path: str | Path) -> dict[str, Any]:
     finally:
         db.close()
     return {"meta": meta, "iterations": iterations, "tiers": tiers, "subcategories": subcategories}
+
+
+def read_store_head(path: str | Path) -> dict[str, Any]:
+    """The store's metadata and its last iteration's row without its histogram (None before
+    the first): what the dashboard polls for. Reads those rows only, through the iterations'
+    primary key, however long the run."""
+    path = Path(path)
+    if not path.is_file():
+        return {"meta": {}, "last": None}
+    columns = ", ".join(c for c in _ITER_COLS if c != "histogram")
+    db = _open_read_only(path)
+    try:
+        meta = {r["key"]: json.loads(r["value"]) for r in db.execute("SELECT * FROM meta")}
+        query = f"SELECT {columns} FROM iterations ORDER BY iteration DESC LIMIT 1"
+        last = db.execute(query).fetchone()
+    finally:
+        db.close()
+    return {"meta": meta, "last": None if last is None else dict(last)}
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the store at ``path``, its rows read as ``sqlite3.Row``."""
+    # as a URI, percent-encoded: a folder named run#3 or exp?1 would otherwise end the path
+    # early (and "exp?1" would open, even create, the file "exp" read-write)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    db.row_factory = sqlite3.Row
+    return db

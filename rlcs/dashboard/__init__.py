@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"rlcs dashboard: {problem}", file=sys.stderr)
         return 2
-    from rewards.argtypes import listen_error
+    from rewards.argtypes import http_url, listen_error
 
     if problem := listen_error(args.host, args.port):
         print(f"rlcs dashboard: {problem}", file=sys.stderr)
@@ -97,6 +97,6 @@ def main(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
-    print(f"rlcs dashboard: http://{args.host}:{args.port}/ for {run_dir}", file=sys.stderr)
+    print(f"rlcs dashboard: {http_url(args.host, args.port, '/')} for {run_dir}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -23,6 +23,7 @@ from rlcs.curriculum import (
 )
 from rlcs.curriculum.persistence import read_whole_snapshot
 from rlcs.curriculum.snapshot import LATEST
+from rlcs.curriculum.store import read_store_head
 from rlcs.dashboard.metrics import MetricsLog
 
 
@@ -46,6 +47,15 @@ class RunReader:
             return dict(read_store(path), error=None)
         except sqlite3.DatabaseError as e:
             return {"meta": {}, "iterations": [], "tiers": [], "subcategories": [], "error": str(e)}
+
+    def store_head(self) -> dict[str, Any]:
+        """The aggregates' metadata and last iteration's row (None before the first), all the
+        page's header polls for: a read that does not grow with the run, unlike ``store``'s.
+        An unreadable store reads as ``store`` reads it."""
+        try:
+            return dict(read_store_head(self.folder / STORE_NAME), error=None)
+        except sqlite3.DatabaseError as e:
+            return {"meta": {}, "last": None, "error": str(e)}
 
     def store_error(self, error: str | None) -> str | None:
         """What the page says in place of the curriculum's plots when the store is unreadable."""
@@ -81,9 +91,11 @@ class RunReader:
         return self._snap
 
     def summary(self) -> dict[str, Any]:
-        store = self.store()
+        """The page's header and what it polls for changes, every few seconds: read from the
+        store's metadata and last iteration only."""
+        store = self.store_head()
         snap = self.snapshot()
-        last = store["iterations"][-1] if store["iterations"] else None
+        last = store["last"]
         iteration = last["iteration"] if last else 0
         if store.get("error") and snap:  # the iteration the saved state is at, the last known
             iteration = snap[1]["iteration"]

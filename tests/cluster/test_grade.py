@@ -259,3 +259,57 @@ def test_a_kept_grading_is_continued_only_under_the_same_multiple_choice_setting
     assert settings()["multiple_choice"] == "fill_in"
     assert settings() != settings("data.multiple_choice=letter")
     assert settings() == settings("data.multiple_choice=fill_in")
+
+
+@pytest.mark.parametrize("torn", ['{"id": "cut sh', "whole record, newline lost"])
+def test_a_resumed_grading_appends_after_a_last_line_the_interruption_tore(tmp_path, torn):
+    """An interruption can leave the kept file's last line without its newline: cut short
+    mid-record, or whole with only the newline missing. The next batch must not be written
+    onto it: the item graded first after resuming would be lost (and graded a third time),
+    and a whole record kept."""
+    from cluster.grade_progress import GradeProgress
+
+    out = tmp_path / "graded.jsonl"
+    settings = {"threshold": 0.5, "samples": 2}
+
+    def answers(ids, reward=1.0):
+        return [{"id": i, "reward": reward, "error": None} for i in ids for _ in range(2)]
+
+    first = GradeProgress(out, settings)
+    first.add(answers(["a", "b"]))
+    with first.path.open("a", encoding="utf-8") as f:
+        if torn.startswith("{"):
+            f.write(torn)
+        else:  # a whole record for "c", its newline never written
+            f.write(json.dumps({"id": "c", "passed": 1, "scored": 2, "errors": {}}))
+    kept = {"a", "b"} | ({"c"} if not torn.startswith("{") else set())
+
+    resumed = GradeProgress(out, settings)
+    assert set(resumed.done) == kept
+    resumed.add(answers(["d"], reward=0.0))
+    resumed.add(answers(["e"]))
+
+    again = GradeProgress(out, settings)
+    assert set(again.done) == kept | {"d", "e"}
+    rates, _ = again.rates(sorted(kept | {"d", "e"}))
+    assert rates["d"] == 0.0 and rates["e"] == 1.0
+    lines = again.path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0]) == settings
+    assert [json.loads(line)["id"] for line in lines[1:]] == sorted(kept | {"d", "e"})
+
+
+def test_a_kept_file_whose_settings_line_lost_its_newline_is_continued(tmp_path):
+    """Interrupted right after the settings line was written, before its newline: the next
+    run continues that file, and its first batch does not turn the settings line into one
+    that no longer reads (which would set the whole file aside)."""
+    from cluster.grade_progress import GradeProgress
+
+    out = tmp_path / "graded.jsonl"
+    settings = {"threshold": 0.5, "samples": 2}
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(settings), encoding="utf-8")
+    resumed = GradeProgress(out, settings)
+    resumed.add([{"id": "a", "reward": 1.0, "error": None}])
+    again = GradeProgress(out, settings)
+    assert set(again.done) == {"a"}
+    assert not partial.with_name(partial.name + ".stale").exists()

@@ -331,3 +331,105 @@ def test_a_damaged_snapshot_is_named_above_the_item_table(browser, damaged_snaps
             page.wait_for_selector(f"#{plot} .main-svg", timeout=20_000)
         assert page.text_content("#iteration") == "30"
         page.close()
+
+
+def test_names_with_markup_characters_are_shown_and_filtered_as_they_are(
+    browser, tmp_path, dashboard
+):
+    """Domain, tier and item names are data, not markup: a custom domain named with quotes,
+    angle brackets and ampersands is an option of the filters whose value and text are the
+    name itself, and filtering by it finds its items; nothing in the names runs as script."""
+    odd_domain = 'a"b<img src=x onerror="window.injected=1">&amp;c'
+    odd_tier = "<b>hard</b> & \"very\" 'hard'"
+    tier_names = [odd_tier, "middling", "easy"]
+    items = [
+        Item(id=f'<i id="x{i}">{i}</i>&', domain=odd_domain, prompt="?") for i in range(40)
+    ] + [Item(id=f"plain-{i}", domain="math", prompt="?") for i in range(60)]
+    config = CurriculumConfig(seed=0, tier_boundaries=[0.3, 0.7], tier_names=tier_names)
+    cur = curriculum_from_items(items, config)
+    run = tmp_path / "run"
+    cur.attach(run)
+    dashboard.simulate(cur, 10, np.random.default_rng(3), np.full(cur.num_items, 0.1), True)
+    with dashboard.serve(run) as url:
+        page, errors = open_page(browser, f"{url}/?token={TOKEN}")
+        page.wait_for_selector("#plot-passrate .main-svg", timeout=20_000)
+
+        def options(select: str) -> list[list[str]]:
+            return page.evaluate(
+                f"[...document.querySelectorAll('{select} option')]"
+                ".map((o) => [o.value, o.textContent])"
+            )
+
+        assert options("#item-domain") == [
+            ["", "all domains"], [odd_domain, odd_domain], ["math", "math"]
+        ]  # fmt: skip
+        assert options("#passrate-domain") == [
+            ["all", "all"], [odd_domain, odd_domain], ["math", "math"]
+        ]  # fmt: skip
+        assert options("#item-tier") == [
+            ["", "all tiers"], *([n, n] for n in [*tier_names, "unseen"])
+        ]  # fmt: skip
+
+        page.select_option("#item-domain", value=odd_domain)
+        page.wait_for_function(
+            "document.querySelector('#item-count').textContent.startsWith('40 match')",
+            timeout=10_000,
+        )
+        cells = page.locator("#item-table tbody tr td:nth-child(2)").all_text_contents()
+        assert set(cells) == {odd_domain} and len(cells) == 25
+        ids = page.locator("#item-table tbody tr td:first-child").all_text_contents()
+        assert ids == [f'<i id="x{i}">{i}</i>&' for i in range(25)]
+        page.select_option("#item-tier", value=odd_tier)
+        in_tier = int(cur.population()[0, 0])  # the odd domain's items in the odd tier
+        assert in_tier > 0
+        page.wait_for_function(
+            f"document.querySelector('#item-count').textContent.startsWith('{in_tier} match')",
+            timeout=10_000,
+        )
+        tiers = page.locator("#item-table tbody tr td:nth-child(3)").all_text_contents()
+        assert set(tiers) == {odd_tier}
+        # the pass-rate plot's domain picker draws the odd domain's curves
+        page.select_option("#passrate-domain", value=odd_domain)
+        drawn = page.evaluate("document.getElementById('plot-passrate').data.length")
+        assert drawn >= 1
+        # the odd domain also names a curve of the reward plot (drawn by plotly, not here)
+        page.wait_for_selector("#plot-reward .main-svg", timeout=20_000)
+        names = page.evaluate("document.getElementById('plot-reward').data.map((t) => t.name)")
+        assert odd_domain in names
+        # no element came from the names: no <img> anywhere, no <b> or <i> in the table
+        assert page.locator("img, #items b, #items i").count() == 0
+        assert page.evaluate("window.injected") is None
+        assert errors == []
+        page.close()
+
+
+def test_tier_rows_that_cannot_be_read_are_named_and_the_page_recovers(
+    browser, saved_run, dashboard
+):
+    """The summary the page polls reads only the store's metadata and last iteration; when
+    only the rows the series reads are damaged (here the tier table's root page), the page
+    still names the store as unreadable, and draws the plots again once it reads."""
+    import sqlite3
+
+    store = saved_run / "curriculum" / "aggregates.sqlite"
+    whole = store.read_bytes()
+    with sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True) as db:
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tiers'").fetchone()
+        (size,) = db.execute("PRAGMA page_size").fetchone()
+    damaged = bytearray(whole)
+    damaged[(root - 1) * size : root * size] = b"\xff" * size
+    store.write_bytes(bytes(damaged))
+    with dashboard.serve(saved_run) as url:
+        page, errors = open_page(browser, f"{url}/?token={TOKEN}&refresh=1")
+        assert page.text_content("#iteration") == "30"
+        assert page.is_visible("#no-iterations")
+        assert page.text_content("#no-iterations").startswith(f"{store} cannot be read (")
+        assert page.text_content("#live") == "aggregates unreadable"
+        assert all(page.is_hidden(f"#{plot}") for plot in PLOTS)
+        store.write_bytes(whole)  # the store reads again: the page draws it without a reload
+        for plot in PLOTS:
+            page.wait_for_selector(f"#{plot} .main-svg", timeout=20_000)
+        assert page.is_hidden("#no-iterations")
+        assert page.text_content("#live") != "aggregates unreadable"
+        assert errors == []
+        page.close()

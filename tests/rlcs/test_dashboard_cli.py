@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 
 def test_cli_refuses_a_missing_run_directory(tmp_path, capsys):
@@ -19,6 +20,28 @@ def test_cli_refuses_a_missing_run_directory(tmp_path, capsys):
     args = argparse.Namespace(run_dir=str(tmp_path / "nope"), host="127.0.0.1", port=0, token=None)
     assert main(args) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_cli_prints_an_ipv6_address_in_brackets(run_dir, dashboard, monkeypatch, capsys):
+    """``--host ::1`` is printed as the URL http://[::1]:PORT/, one a browser opens."""
+    import socket
+
+    import uvicorn
+
+    from rlcs.dashboard import main
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw))
+    args = argparse.Namespace(run_dir=str(run_dir[0]), host="::1", port=port, token=None)
+    assert main(args) == 0
+    assert served == [{"host": "::1", "port": port, "log_level": "warning"}]
+    assert f"rlcs dashboard: http://[::1]:{port}/ for {run_dir[0]}" in capsys.readouterr().err
 
 
 def test_rlcs_dashboard_command_serves_the_run(run_dir, dashboard):

@@ -190,3 +190,91 @@ def test_a_snapshot_missing_an_array_or_with_one_too_short_is_named_not_a_traceb
         assert named in page["snapshot_error"]
     # the curves, from the store, are still drawn
     assert reader.series()["iterations"] == [1]
+
+
+def _long_store(run, n: int) -> None:
+    """An aggregates store of ``n`` iterations of 4 domains and 6 tiers, written as a sampler
+    writes it."""
+    from rlcs.curriculum.store import AggregateStore
+
+    domains, tiers = ["math", "ocr", "chart", "gui"], ["t0", "t1", "t2", "t3", "t4", "unseen"]
+    store = AggregateStore(run / "curriculum" / "aggregates.sqlite")
+    store.set_meta(policy="rlcs", num_items=900, domains=domains, tiers=tiers)
+    for i in range(1, n + 1):
+        row = {"iteration": i, "time": 1000.0 + i, "policy": "rlcs", "sampled": 48, "groups": 48,
+               "valid_groups": 20, "valid_fraction": 0.4, "pass_at_k": 0.75,
+               "expansion_ratio": 2.0, "expansion_ema": 2.0, "mean_pass_rate": 0.5,
+               "rejected": 0, "histogram": [i] * 20}  # fmt: skip
+        rows = [{"iteration": i, "domain": d, "tier": t, "population": 10, "sampled": 2,
+                 "groups": 2, "rollouts": 16, "successes": 5, "pass_rate": 0.3, "weight": 1.0}
+                for d in domains for t in tiers]  # fmt: skip
+        store.write_iteration(row, rows)
+    store.close()
+
+
+def test_summary_is_read_from_the_stores_metadata_and_last_iteration(tmp_path, monkeypatch):
+    """The page polls the summary every few seconds: it is what the whole store says of the run
+    (checked against ``read_store``), read with as much work at 2,000 iterations as at 10
+    (SQLite's virtual-machine steps are counted, not timed)."""
+    from rlcs.curriculum import store as store_module
+
+    steps = []
+    opened = store_module._open_read_only
+
+    def counted(path):
+        db = opened(path)
+        steps.append(0)
+
+        def step():
+            steps[-1] += 1
+            return 0
+
+        db.set_progress_handler(step, 1)
+        return db
+
+    monkeypatch.setattr(store_module, "_open_read_only", counted)
+    work = {}
+    for n in (10, 2_000):
+        run = tmp_path / f"run{n}"
+        _long_store(run, n)
+        whole = read_store(run / "curriculum" / "aggregates.sqlite")
+        read_all = steps.pop()
+        summary = RunReader(run).summary()
+        (work[n],) = steps
+        steps.clear()
+        last, meta = whole["iterations"][-1], whole["meta"]
+        assert summary == {
+            "run_dir": str(run), "run": run.name, "exists": True, "policy": meta["policy"],
+            "num_items": meta["num_items"], "domains": meta["domains"], "tiers": meta["tiers"],
+            "iteration": last["iteration"], "updated": last["time"], "snapshot_iteration": None,
+            "metrics_step": None, "store_error": None, "snapshot_error": None,
+        }  # fmt: skip
+        assert (last["iteration"], last["time"]) == (n, 1000.0 + n)
+        assert work[n] * 20 < read_all  # not the whole store, even at 10 iterations
+    assert work[2_000] == work[10]
+
+
+def test_summary_does_not_read_the_tier_rows_and_the_series_names_their_damage(tmp_path):
+    """A store whose tier rows cannot be read (their table's root page overwritten): the
+    summary, which reads only the metadata and the last iteration, is served in full; the
+    series, which reads every row, names the damage."""
+    import sqlite3
+
+    run = tmp_path / "run"
+    _long_store(run, 30)
+    path = run / "curriculum" / "aggregates.sqlite"
+    with sqlite3.connect(path) as db:
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tiers'").fetchone()
+        (size,) = db.execute("PRAGMA page_size").fetchone()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * size : root * size] = b"\xff" * size
+    path.write_bytes(bytes(data))
+    with pytest.raises(sqlite3.DatabaseError):
+        read_store(path)
+    reader = RunReader(run)
+    summary = reader.summary()
+    assert summary["store_error"] is None
+    assert (summary["iteration"], summary["updated"], summary["num_items"]) == (30, 1030.0, 900)
+    series = reader.series()
+    assert series["iterations"] == []
+    assert series["store_error"].startswith(f"{path} cannot be read (")

@@ -65,8 +65,10 @@ function draw(summary) {
   for (const id of CURRICULUM_PLOTS) {
     document.getElementById(id).parentElement.hidden = !notice.hidden;
   }
-  // an unreadable aggregates.sqlite: which file, why, and what is still shown
-  notice.textContent = summary.store_error ? summary.store_error : !summary.exists
+  // an unreadable aggregates.sqlite: which file, why, and what is still shown (the summary
+  // reads only the store's metadata and last iteration; the series, every row, may find more)
+  const storeError = summary.store_error || series.store_error;
+  notice.textContent = storeError ? storeError : !summary.exists
     ? `${summary.run_dir} does not exist: not yet (a demo makes its RL stage's directory when RL ` +
       "begins), or no longer. The page fills in once a run writes there."
     : `No curriculum iteration in ${summary.run_dir}/curriculum/ yet: the charts fill in as the ` +
@@ -186,11 +188,19 @@ function drawSubcategories() {
     { yaxis: { range: [0, 1.05], title: { text: "pass rate" } } }), config);
 }
 
+// The options are built as elements, never as markup: a domain or tier name is the run's data
+// and may hold quotes, angle brackets or ampersands, which must be shown and matched as they are.
 function fillSelect(id, values, keepFirst) {
   const select = document.getElementById(id);
   const current = select.value;
-  const first = keepFirst ? select.options[0].outerHTML : "";
-  select.innerHTML = first + values.map((v) => `<option value="${v}">${v}</option>`).join("");
+  const options = values.map((v) => {
+    const option = document.createElement("option");
+    option.value = v;
+    option.textContent = v;
+    return option;
+  });
+  if (keepFirst) options.unshift(select.options[0]);
+  select.replaceChildren(...options);
   const keep = values.includes(current) || (keepFirst && current === "");
   select.value = keep ? current : select.options[0].value;
 }
@@ -225,11 +235,15 @@ async function loadItems() {
     return;
   }
   const body = document.querySelector("#item-table tbody");
-  body.innerHTML = data.rows.map((r) => `<tr><td>${escapeHtml(r.id)}</td>` +
-    `<td>${escapeHtml(r.subcategory ? `${r.domain} / ${r.subcategory}` : r.domain)}</td>` +
-    `<td>${r.tier}</td><td class="num">${r.attempts}</td>` +
-    `<td class="num">${r.pass_rate === null ? "–" : r.pass_rate.toFixed(3)}</td>` +
-    `<td class="num">${r.last_seen < 0 ? "never" : r.last_seen}</td></tr>`).join("");
+  // cells as text, never markup: ids, domain, subcategory and tier names are the run's data
+  body.replaceChildren(...data.rows.map((r) => tableRow([
+    [r.id],
+    [r.subcategory ? `${r.domain} / ${r.subcategory}` : r.domain],
+    [r.tier],
+    [String(r.attempts), "num"],
+    [r.pass_rate === null ? "–" : r.pass_rate.toFixed(3), "num"],
+    [r.last_seen < 0 ? "never" : String(r.last_seen), "num"],
+  ])));
   const first = itemsOffset + 1;
   const last = itemsOffset + data.rows.length;
   document.getElementById("item-count").textContent =
@@ -280,9 +294,15 @@ function showPage(page) {
   loadItems();
 }
 
-function escapeHtml(s) {
-  return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
-    "'": "&#39;" }[c]));
+// A table row of [text, class] cells, the text set as text.
+function tableRow(cells) {
+  const tr = document.createElement("tr");
+  for (const [text, className] of cells) {
+    const td = tr.insertCell();
+    td.textContent = text;
+    if (className) td.className = className;
+  }
+  return tr;
 }
 
 async function refresh() {
@@ -291,13 +311,11 @@ async function refresh() {
   document.getElementById("policy").textContent = summary.policy || "–";
   document.getElementById("num-items").textContent = (summary.num_items || 0).toLocaleString();
   document.getElementById("iteration").textContent = summary.iteration;
-  const live = document.getElementById("live");
-  const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
-  live.textContent = summary.store_error ? "aggregates unreadable" : fresh ? "● live"
-    : summary.updated ? "finished or idle" : "waiting for the run";
-  live.className = fresh ? "on" : "";
+  // a store whose summary reads but whose other rows the series could not read is read again
+  // on every poll, until it can
   if (summary.iteration !== lastIteration || summary.metrics_step !== lastMetrics ||
-      summary.exists !== lastExists || summary.store_error !== lastStoreError) {
+      summary.exists !== lastExists || summary.store_error !== lastStoreError ||
+      (series && series.store_error && !summary.store_error)) {
     lastIteration = summary.iteration;
     lastMetrics = summary.metrics_step;
     lastExists = summary.exists;
@@ -308,6 +326,11 @@ async function refresh() {
     fillSelect("item-tier", summary.tiers, true);
     draw(summary);
   }
+  const live = document.getElementById("live");
+  const fresh = summary.updated && Date.now() / 1000 - summary.updated < 60;
+  live.textContent = summary.store_error || series.store_error ? "aggregates unreadable"
+    : fresh ? "● live" : summary.updated ? "finished or idle" : "waiting for the run";
+  live.className = fresh ? "on" : "";
   if (summary.snapshot_iteration !== lastSnapshot) {
     lastSnapshot = summary.snapshot_iteration;
     await loadItems();
