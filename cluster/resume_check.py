@@ -9,7 +9,10 @@ learning rate): those are listed, so none changes unnoticed. Three kinds may not
 - the **tiny model** the run built into ``RUN_DIR/model``: the run goes on with the model it
   built, so other ``model.tiny`` settings would be recorded in ``config.yaml`` and not applied;
 - once a learner checkpoint exists, the **learner's layout** (``FIXED_BY_CHECKPOINT``), which
-  DeepSpeed's checkpoint loader does not convert.
+  DeepSpeed's checkpoint loader does not convert;
+- once an RL run's sampler has saved its state, the **synthetic RL items** (what of
+  ``data.synthetic`` decides them): ``RUN_DIR/data`` would be built again under the same item
+  ids, and the sampler's record of each id would then describe another item.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
 
 def check_resume_settings(cfg: Config, run_dir: Path) -> None:
     """A ResumeConflict naming each setting of :data:`FIXED` that differs from the run's saved
-    ``config.yaml``."""
+    ``config.yaml``; once the RL sampler has saved its state, each change of the synthetic RL
+    items; once a learner checkpoint exists, each change of its layout."""
     from cluster.checkpointing import saved_steps
 
     saved, diff = _diff(cfg, run_dir)
@@ -147,6 +151,18 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
             f"--resume: {run_dir} holds a run of stage {saved.get('stage')!r}, and a resumed run "
             f"cannot change {', '.join(bad)} ({_listed({k: diff[k] for k in bad})}); resume it "
             "with its own settings, or start a new run (--set run.name=<new name>)"
+        )
+    bad = _rl_items_changes(saved, cfg, diff) if cfg.stage == "rl" else {}
+    if bad and snapshot_meta(run_dir) is not None:  # before it, the sampler has no record
+        raise ResumeConflict(
+            f"--resume: the curriculum of the run in {run_dir} keeps a record of each RL item "
+            f"it has drawn (attempts, successes, tier) by the item's id, and {_listed(bad)} "
+            "(saved -> asked) would build its data again under the same ids: an item would "
+            "keep its id but not its content, so the record of that id would describe another "
+            "item (and items added would never be drawn: the sampler keeps those it started "
+            "with; items dropped would be missing). Resume with the run's own data.synthetic settings, or start a new run on "
+            f"the new data from this run's model: {_start_from(run_dir)} --set "
+            "run.name=<new name>"
         )
     steps = saved_steps(run_dir)
     if steps and (bad := [k for k in diff if _layout_change(k, *diff[k])]):
@@ -158,6 +174,62 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
             + (f" from its exported model (model.path={run_dir / 'hf'})"
                if (run_dir / "hf").is_dir() else "")
         )  # fmt: skip
+
+
+#: Sizes of the synthetic splits an RL run's sampler does not draw from.
+_NOT_RL_SIZES = tuple(f"data.synthetic.sizes.{split}" for split in ("heldout", "sft", "pretrain"))
+
+
+def _rl_items_changes(saved: dict, cfg: Config, diff: dict) -> dict[str, tuple[Any, Any]]:
+    """The changes of ``diff`` to ``data.synthetic`` that change the RL items it builds (their
+    content, or which there are), where both the saved config and ``cfg`` build them; the
+    held-out, SFT and pretraining sizes change none of them (each split is drawn from a seed of
+    its own), and neither do settings that come to the same items (the default rl_train size
+    given, a domain's range given as the common one)."""
+    was = (saved.get("data") or {}).get("synthetic")
+    now = cfg.data.synthetic
+    if not isinstance(was, dict) or now is None:
+        return {}  # data.train files: check_resume_items compares the items themselves
+    if _rl_items_of(was) == _rl_items_of(now.model_dump(mode="json")):
+        return {}
+    return {k: v for k, v in diff.items()
+            if k.startswith("data.synthetic") and not k.startswith(_NOT_RL_SIZES)}  # fmt: skip
+
+
+def _rl_items_of(synthetic: dict) -> dict:
+    """What of a ``data.synthetic`` section decides the RL items it builds: the domains, the
+    number of each, the seed, and each domain's difficulty range and form (text or image)."""
+    from pydantic import ValidationError
+
+    from rlcs.config import SyntheticDataConfig
+    from rlcs.tasks import DEFAULT_SIZES
+
+    try:
+        syn = SyntheticDataConfig.model_validate(synthetic)
+    except ValidationError:  # a section saved under other rules: compared as written
+        return synthetic
+    return {
+        "domains": sorted(syn.domains),  # an item's id and content do not depend on the order
+        "rl_train": syn.sizes.get("rl_train", DEFAULT_SIZES["rl_train"]),
+        "seed": syn.seed,
+        "text_only": syn.text_only,
+        "difficulty": {d: list(syn.difficulty_of(d)) for d in syn.domains},
+    }
+
+
+def _start_from(run_dir: Path) -> str:
+    """How to start a new run from the model of the run in ``run_dir``: its exported model,
+    else the newest checkpoint's export, else how to get one."""
+    from cluster.checkpointing import saved_steps, tag_of
+
+    exports = [run_dir / "hf"]
+    exports += [run_dir / "checkpoints" / tag_of(s) / "hf" for s in reversed(saved_steps(run_dir))]
+    if found := next((p for p in exports if p.is_dir()), None):
+        return f"--set model.path={found}"
+    return (
+        f"finish this run with its own data settings (it exports its model to {run_dir / 'hf'}), "
+        f"then --set model.path={run_dir / 'hf'}"
+    )
 
 
 def report_resume_changes(cfg: Config, run_dir: Path) -> dict[str, tuple[Any, Any]]:

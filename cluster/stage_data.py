@@ -162,6 +162,11 @@ def data_files(cfg: Config, run_dir: Path) -> tuple[list[Path], list[Path]]:
                 f"{out} holds files that data.synthetic did not write; move them, or give "
                 "them as data.train / data.eval instead of data.synthetic"
             )
+        from rlcs.tasks import check_ready
+
+        # a missing tool (the GUI domain's Chromium) stops the build before it writes anything,
+        # not once the domains before it are generated
+        check_ready(syn.domains)
         out.mkdir(parents=True, exist_ok=True)
         building.write_text(json.dumps(want))  # an interrupted build is ours to redo
         marker.unlink(missing_ok=True)

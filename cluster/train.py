@@ -14,6 +14,7 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from cluster.resume_check import (
 )
 from cluster.rl_iteration import IterationResult, OverlappedIterations, run_iteration
 from cluster.roles import Roles, start_roles
-from cluster.run_lock import RunDirBusy, lock_run_dir, unlock_run_dir
+from cluster.run_lock import RunDirBusy, lock_run_dir, new_folders, unlock_run_dir
 from cluster.stage_data import (
     StageData,
     load_stage_data,
@@ -67,13 +68,17 @@ def train(cfg: Config, resume: bool = False, baseline: dict | None = None) -> Pa
         keep = load_group_filter(grpo.group_filter, grpo.group_filter_options)
     if cfg.model.path and (problem := model_dir_problem(Path(cfg.model.path))):
         raise FileNotFoundError(f"model.path {cfg.model.path}: {problem}")  # before any write
-    created = not cfg.run_dir.exists()
-    run_dir = prepare_run_dir(cfg, resume, lock=True)
+    made = new_folders(cfg.run_dir)  # what this launch creates, and may remove again
+    run_dir = prepare_run_dir(cfg, resume, lock=True, made=made)
     try:
-        return _run(cfg, resume, run_dir, keep, clock, baseline)
-    finally:
-        # a run that stopped at its data's check leaves no empty folder holding a lock file
-        unlock_run_dir(run_dir, tidy=True, remove_dir=created)
+        done = _run(cfg, resume, run_dir, keep, clock, baseline)
+    except BaseException:
+        # a run that stopped (at its data's check, say) leaves no lock file, nor the folders
+        # it made while they are empty; anything else in them stays
+        unlock_run_dir(run_dir, remove_lock=True, made=made)
+        raise
+    unlock_run_dir(run_dir)
+    return done
 
 
 def _run(
@@ -328,9 +333,13 @@ def run_supervised(
             break
 
 
-def prepare_run_dir(cfg: Config, resume: bool, lock: bool = False) -> Path:
+def prepare_run_dir(
+    cfg: Config, resume: bool, lock: bool = False, made: Sequence[Path] = ()
+) -> Path:
     """Check that the run can start in its directory, and create that; with ``lock``, claim it
-    for this driver first (``cluster.run_lock``; the caller unlocks it when the run ends)."""
+    for this driver first (``cluster.run_lock``; the caller unlocks it when the run ends).
+    ``made``: the folders this call creates (``new_folders``), removed again while empty when
+    the directory cannot be claimed."""
     run_dir = cfg.run_dir
     for parent in (run_dir, *run_dir.parents):
         if parent.exists():
@@ -347,7 +356,7 @@ def prepare_run_dir(cfg: Config, resume: bool, lock: bool = False) -> Path:
         return _claim(cfg, run_dir, resume)
     except BaseException:
         if lock:
-            unlock_run_dir(run_dir)
+            unlock_run_dir(run_dir, remove_lock=True, made=made)
         raise
 
 

@@ -29,9 +29,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml(text: str) -> Any:
-    """Parse YAML text as ``yaml.safe_load`` does; a repeated key raises ``yaml.YAMLError``."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)
+def load_yaml(text: str, name: str | None = None) -> Any:
+    """Parse YAML text as ``yaml.safe_load`` does; a repeated key raises ``yaml.YAMLError``.
+    ``name`` (the file's) is what a syntax error's position names, in place of the reader's
+    ``<unicode string>``."""
+    loader = _UniqueKeyLoader(text)
+    if name is not None:
+        loader.name = name
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -42,7 +50,7 @@ def read_config_file(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"{source}: config file not found")
     try:
-        loaded = load_yaml(p.read_text(encoding="utf-8"))
+        loaded = load_yaml(p.read_text(encoding="utf-8"), name=source)
     except UnicodeDecodeError as e:
         raise ConfigError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
@@ -73,12 +81,21 @@ def format_errors(
         )
         origin = "--set" if by_set else source
         msg = e["msg"]
+        if e["type"] in ("value_error", "assertion_error"):
+            # a check of the schema's own: its message is the text it raised, without the
+            # "Value error, " pydantic puts before it
+            msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
             known = _keys_of(schema, e["loc"][:-1]) if schema is not None else []
             if near := difflib.get_close_matches(str(e["loc"][-1]), known, n=1):
                 msg += f" (did you mean {'.'.join([*map(str, e['loc'][:-1]), near[0]])}?)"
-        elif "input" in e and e["type"] != "missing" and not isinstance(e["input"], dict):
+        elif (
+            "input" in e
+            and e["type"] != "missing"
+            and not isinstance(e["input"], dict)
+            and "got " not in msg  # a message that already shows the value
+        ):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{origin}: {key}: {msg}")
     return "invalid config:\n  " + "\n  ".join(lines)
@@ -106,7 +123,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if any(not part.strip() for part in key.split(".")):
         raise ConfigError(f"--set {text!r}: the key {key!r} has an empty part")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw, name=f"--set {key.strip()}") if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"--set {text!r}: value is not valid YAML: {e}") from None
     return key.strip().split("."), value

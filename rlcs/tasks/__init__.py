@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 from tqdm import tqdm
@@ -27,10 +28,12 @@ GENERATORS: dict[str, type[TaskGenerator]] = {
     "gui": GuiTask,
 }
 SPLITS = ("rl_train", "heldout", "sft", "pretrain")
+#: Examples per domain of each split, where ``build_task_data``'s ``sizes`` names none.
+DEFAULT_SIZES = {"rl_train": 64, "heldout": 32, "sft": 64, "pretrain": 128}
 IMAGE_SLOT = "<|begin_of_image|><|image|><|end_of_image|>"
 TEXT_DOMAINS = ("math", "ocr")
 
-__all__ = ["GENERATORS", "Example", "TaskGenerator", "build_task_data", "generate"]
+__all__ = ["GENERATORS", "Example", "TaskGenerator", "build_task_data", "check_ready", "generate"]
 
 
 def generate(
@@ -60,6 +63,13 @@ def generate(
             gen.close()
 
 
+def check_ready(domains: Iterable[str]) -> None:
+    """Raise, saying what to install, if a generator of ``domains`` cannot run on this machine
+    (``TaskGenerator.check_ready``; the GUI one needs Chromium)."""
+    for domain in dict.fromkeys(domains):
+        GENERATORS[domain].check_ready()
+
+
 def build_task_data(
     out_dir: str | Path,
     sizes: dict[str, int] | None = None,
@@ -76,7 +86,17 @@ def build_task_data(
     [lo, hi] range for every domain, or a range per domain (every domain in ``domains`` named).
     ``text_only`` writes the task into the prompt and no images (for text-only models); only
     math and OCR can do that.
+
+    Everything is checked before anything is written: an unknown domain or split is a
+    ValueError naming the valid ones, and a generator that cannot run here (the GUI one
+    without Chromium) says so before the first domain is generated.
     """
+    if unknown := [d for d in domains if d not in GENERATORS]:
+        raise ValueError(
+            f"unknown task domain {unknown[0]!r} in domains; the domains: {', '.join(GENERATORS)}"
+        )
+    if unknown := [k for k in (sizes or {}) if k not in SPLITS]:
+        raise ValueError(f"unknown split {unknown[0]!r} in sizes; the splits: {', '.join(SPLITS)}")
     if text_only and (bad := [d for d in domains if d not in TEXT_DOMAINS]):
         raise ValueError(
             f"text_only data can only be built for {', '.join(TEXT_DOMAINS)}, not {bad}"
@@ -87,7 +107,8 @@ def build_task_data(
         ranges = {d: tuple(difficulty[d]) for d in domains}
     else:
         ranges = {d: tuple(difficulty) for d in domains}
-    sizes = {"rl_train": 64, "heldout": 32, "sft": 64, "pretrain": 128, **(sizes or {})}
+    sizes = {**DEFAULT_SIZES, **(sizes or {})}
+    check_ready(domains)
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
     files = {split: (out / f"{split}.jsonl").open("w", encoding="utf-8") for split in SPLITS}

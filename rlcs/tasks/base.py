@@ -49,6 +49,12 @@ class TaskGenerator(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most generators hold nothing
         """Release anything the generator holds (a browser, for instance)."""
 
+    @classmethod  # noqa: B027 - optional hook, most generators need nothing
+    def check_ready(cls) -> None:
+        """Raise, saying what to install, when this machine lacks something the generator needs
+        (the GUI one's browser): called before a build writes anything, so that a missing tool
+        does not surface only when the build reaches its domain."""
+
 
 @lru_cache(maxsize=1)
 def font_files() -> tuple[str, ...]:

@@ -57,9 +57,10 @@ def find_chromium() -> str:
         return found
     raise ChromiumMissing(
         "the GUI task renders its pages in Chromium, and none was found: install Debian's "
-        "(`apt-get install chromium`; `make install` does), or Playwright's (`python -m "
-        f"playwright install chromium`), or set {CHROMIUM_ENV} to a Chromium or Chrome binary; "
-        "or leave gui out of data.synthetic.domains"
+        "(`apt-get install chromium`, which `make browser` runs; README: Installing), or "
+        "Playwright's (`python -m playwright install chromium`), or set "
+        f"{CHROMIUM_ENV} to a Chromium or Chrome binary; or leave gui out of "
+        "data.synthetic.domains"
     )
 
 
@@ -86,6 +87,10 @@ class GuiTask(TaskGenerator):
     started on first use and kept until ``close``."""
 
     domain = "gui"
+
+    @classmethod
+    def check_ready(cls) -> None:
+        find_chromium()  # ChromiumMissing says how to install one
 
     def __init__(self, size: tuple[int, int] = (112, 112), executable: str | None = None):
         self.size, self.executable = size, executable

@@ -1,6 +1,7 @@
 """--resume refuses to change a run's stage or its tiny model, and names the other settings it
 changes, before anything of the run is touched."""
 
+import json
 import logging
 from pathlib import Path
 
@@ -151,6 +152,102 @@ def test_a_resumed_rl_run_needs_the_items_its_curriculum_draws(tmp_path):
         "have moved), or start a new run"
     )
     check_resume_items(tmp_path / "no-state", set())  # nothing saved yet: nothing to check
+
+
+def resumed(tmp_path: Path, *sets: str):
+    return load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path}", *sets])
+
+
+@pytest.mark.parametrize(
+    "change, listed",
+    [
+        ("data.synthetic.seed=3", "data.synthetic.seed: 0 -> 3"),
+        ("data.synthetic.difficulty=[0.2, 0.4]", "data.synthetic.difficulty: [0.0, 1.0] -> [0.2, 0.4]"),
+        ("data.synthetic.domain_difficulty={ocr: [0.5, 0.6]}",
+         "data.synthetic.domain_difficulty.ocr: None -> [0.5, 0.6]"),
+        ("data.synthetic.sizes.rl_train=40", "data.synthetic.sizes.rl_train: 32 -> 40"),
+        ("data.synthetic.domains=[math]", "data.synthetic.domains: ['math', 'ocr'] -> ['math']"),
+        ("data.synthetic.text_only=false", "data.synthetic.text_only: True -> False"),
+    ],
+)  # fmt: skip
+def test_a_resumed_rl_run_keeps_its_synthetic_items(tmp_path, change, listed):
+    """Another seed, difficulty or size rebuilt RUN_DIR/data under the same item ids: the
+    resumed sampler's record of each id then described another item. It is refused, before
+    anything of the run is touched, saying why and what to do."""
+    cfg, _ = rl_run_with_state(tmp_path)
+    before = (cfg.run_dir / "config.yaml").read_text()
+    with pytest.raises(ResumeConflict) as err:
+        prepare_run_dir(resumed(tmp_path, change), resume=True)
+    assert str(err.value) == (
+        f"--resume: the curriculum of the run in {cfg.run_dir} keeps a record of each RL item it "
+        f"has drawn (attempts, successes, tier) by the item's id, and {listed} (saved -> asked) "
+        "would build its data again under the same ids: an item would keep its id but not its "
+        "content, so the record of that id would describe another item (and items added would "
+        "never be drawn: the sampler keeps those it started with; items dropped would be "
+        "missing). Resume with the run's own data.synthetic settings, or start a new run on the "
+        "new data from this run's model: finish this run with its own data settings (it exports "
+        f"its model to {cfg.run_dir / 'hf'}), then --set model.path={cfg.run_dir / 'hf'} --set "
+        "run.name=<new name>"
+    )
+    assert (cfg.run_dir / "config.yaml").read_text() == before
+    # a model it exported is the one to start from
+    (cfg.run_dir / "checkpoints" / "step_00000004" / "hf").mkdir(parents=True)
+    with pytest.raises(ResumeConflict, match=r"this run's model: --set model\.path=\S+/"
+                       r"checkpoints/step_00000004/hf --set run\.name=<new name>$"):  # fmt: skip
+        check_resume_settings(resumed(tmp_path, change), cfg.run_dir)
+
+
+def test_synthetic_changes_that_keep_the_rl_items_resume(tmp_path, caplog):
+    cfg, _ = rl_run_with_state(tmp_path)
+    for same in (
+        # the held-out, SFT and pretraining splits: the sampler draws none of them
+        ["data.synthetic.sizes.heldout=4", "data.synthetic.sizes.sft=1"],
+        # the same items said another way: the order of the domains, a domain's range given
+        # as the common one, the default size of a section saved without it
+        ["data.synthetic.domains=[ocr, math]", "data.synthetic.domain_difficulty={math: [0, 1]}"],
+        # the RL items read from the files the run built (as the demo's stages read theirs)
+        ["data.synthetic=null", f"data.train=[{cfg.run_dir / 'data' / 'rl_train.jsonl'}]"],
+    ):
+        check_resume_settings(resumed(tmp_path, *same), cfg.run_dir)
+    with caplog.at_level(logging.WARNING):
+        report_resume_changes(resumed(tmp_path, "data.synthetic.sizes.heldout=4"), cfg.run_dir)
+    assert "apply from here on: data.synthetic.sizes.heldout: 16 -> 4" in caplog.text
+    # a section saved without sizes built 64 of each domain's RL items: asked for, the same
+    import yaml
+
+    path = cfg.run_dir / "config.yaml"
+    old = yaml.safe_load(path.read_text())
+    old["data"]["synthetic"]["sizes"] = {}
+    path.write_text(yaml.safe_dump(old))
+    check_resume_settings(resumed(tmp_path, "data.synthetic.sizes={rl_train: 64}"), cfg.run_dir)
+    with pytest.raises(ResumeConflict, match="data.synthetic.sizes.rl_train: None -> 65"):
+        check_resume_settings(resumed(tmp_path, "data.synthetic.sizes={rl_train: 65}"), cfg.run_dir)
+
+
+def test_synthetic_data_may_change_before_the_sampler_saves_its_state(tmp_path):
+    """Until the sampler has saved its state it holds no record of the items: the data is built
+    again and the sampler starts from it."""
+    cfg = saved(tmp_path, [])
+    check_resume_settings(resumed(tmp_path, "data.synthetic.seed=3"), cfg.run_dir)
+
+
+def test_a_refused_resume_leaves_the_built_data_as_it_was(tmp_path):
+    """Through the driver: the check comes before the data is built again (and the run's lock
+    file goes with the refused launch)."""
+    from cluster.run_lock import LOCK_FILE
+    from cluster.train import train
+
+    cfg, _ = rl_run_with_state(tmp_path)
+    data = cfg.run_dir / "data"
+    data.mkdir()
+    marker = cfg.data.synthetic.model_dump(mode="json")
+    (data / "done.json").write_text(json.dumps(marker))
+    (data / "rl_train.jsonl").write_text("the run's items\n")
+    with pytest.raises(ResumeConflict, match="data.synthetic.seed: 0 -> 3"):
+        train(resumed(tmp_path, "data.synthetic.seed=3"), resume=True)
+    assert json.loads((data / "done.json").read_text()) == marker
+    assert (data / "rl_train.jsonl").read_text() == "the run's items\n"
+    assert not (cfg.run_dir / LOCK_FILE).exists()
 
 
 def test_domain_weights_stay_with_the_curriculum_state(tmp_path, caplog):

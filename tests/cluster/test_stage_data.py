@@ -34,6 +34,27 @@ def test_synthetic_data_follows_each_domains_difficulty_range(tmp_path):
     assert ocr and all(r["meta"]["difficulty"] >= 0.9 for r in ocr)
 
 
+def test_a_missing_chromium_stops_the_synthetic_build_before_it_writes(tmp_path, monkeypatch):
+    """With gui among the domains and no Chromium, the build stopped only once it reached the
+    GUI domain, leaving the other domains' data and an unfinished build behind."""
+    from rlcs.tasks import GENERATORS, gui
+
+    def no_chromium():
+        raise gui.ChromiumMissing("no Chromium here (`apt-get install chromium`)")
+
+    drawn = []
+    monkeypatch.setattr(gui, "find_chromium", no_chromium)
+    for name, cls in GENERATORS.items():
+        monkeypatch.setattr(cls, "sample", lambda *a, _name=name: drawn.append(_name))
+    cfg = load_config(None, ["model.tiny=vlm", f"run.root={tmp_path}",
+                             "data.synthetic.domains=[math, ocr, grounding, gui]"])  # fmt: skip
+    cfg.run_dir.mkdir(parents=True)
+    with pytest.raises(gui.ChromiumMissing, match="no Chromium here"):
+        data_files(cfg, cfg.run_dir)
+    assert drawn == []
+    assert list(cfg.run_dir.iterdir()) == []
+
+
 def test_rl_items_whose_ground_truth_cannot_be_scored_stop_the_stage(tmp_path):
     import pytest
 

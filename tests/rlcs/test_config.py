@@ -110,9 +110,9 @@ def test_synthetic_difficulty_ranges(tmp_path):
     assert syn.difficulty_of("math") == (0.0, 0.3)
     bad = {
         "data.synthetic.domain_difficulty={ocr: [0.6, 0.4]}": r"--set: data\.synthetic\."
-        r"domain_difficulty\.ocr: Value error, a difficulty range must satisfy 0 <= lo <= hi <= 1",
-        "data.synthetic.difficulty=[0.0, 1.5]": r"--set: data\.synthetic\.difficulty: Value "
-        r"error, a difficulty range must satisfy",
+        r"domain_difficulty\.ocr: a difficulty range must satisfy 0 <= lo <= hi <= 1",
+        "data.synthetic.difficulty=[0.0, 1.5]": r"--set: data\.synthetic\.difficulty: "
+        r"a difficulty range must satisfy",
         # a key inside a mapping given with --set is still blamed on --set
         "data.synthetic.domain_difficulty={chart: [0.1, 0.2]}": r"--set: data\.synthetic\."
         r"domain_difficulty\.chart\.\[key\]: Input should be 'math', 'ocr', 'grounding' or 'gui'",
@@ -121,8 +121,21 @@ def test_synthetic_difficulty_ranges(tmp_path):
         with pytest.raises(ConfigError, match=message):
             load_config(p, [override])
     p = write(tmp_path, "model:\n  tiny: vlm\ndata:\n  synthetic:\n    difficulty: [0.5, 0.3]\n")
-    with pytest.raises(ConfigError, match=rf"{p}: data\.synthetic\.difficulty: Value error"):
+    with pytest.raises(ConfigError) as e:
         load_config(p)
+    # the exact text: no "Value error, " before the check's own message, and the value it
+    # already shows is not shown a second time
+    assert str(e.value) == (
+        f"invalid config:\n  {p}: data.synthetic.difficulty: a difficulty range must satisfy "
+        "0 <= lo <= hi <= 1, got [0.5, 0.3]"
+    )
+    # a built-in check's message, which does not show the value, still gets it appended
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, "model:\n  tiny: vlm\n"), ["rollout.n=abc"])
+    assert str(e.value) == (
+        "invalid config:\n  --set: rollout.n: Input should be a valid integer, unable to parse "
+        "string as an integer (got 'abc')"
+    )
 
 
 def test_evaluation_options_without_eval_every_are_an_error(tmp_path):
@@ -135,7 +148,7 @@ def test_evaluation_options_without_eval_every_are_an_error(tmp_path):
             r"run\.eval_before_train=true and run\.eval_samples=2 qualify",
         ),
     ):
-        with pytest.raises(ConfigError, match=rf"--set: run: Value error, {named}.*set "
+        with pytest.raises(ConfigError, match=rf"--set: run: {named}.*set "
                            r"run\.eval_every to N"):  # fmt: skip
             load_config(p, overrides)
     run = load_config(
@@ -154,6 +167,30 @@ def test_config_files_that_cannot_be_read_as_a_config(tmp_path):
         load_config(binary)
     with pytest.raises(ConfigError, match="is a directory, not a config file"):
         load_config(tmp_path)
+
+
+def test_a_yaml_syntax_error_names_the_config_file_in_its_detail(tmp_path):
+    """The detail named the text "<unicode string>" where the first line named the file."""
+    p = write(tmp_path, "model:\n  tiny: text\nrun: [1, 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value) == (
+        f"{p}: not valid YAML: while parsing a flow sequence\n"
+        f'  in "{p}", line 3, column 6:\n'
+        "    run: [1, 2\n"
+        "         ^\n"
+        "expected ',' or ']', but got '<stream end>'\n"
+        f'  in "{p}", line 4, column 1:\n'
+        "    \n"
+        "    ^"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, "model:\n  tiny: text\n"), ["rollout.n=[1"])
+    assert "<unicode string>" not in str(e.value)
+    assert str(e.value).startswith(
+        "--set 'rollout.n=[1': value is not valid YAML: while parsing a flow sequence\n"
+        '  in "--set rollout.n", line 1, column 1:'
+    )
 
 
 def test_set_is_blamed_for_the_sections_it_names(tmp_path):
@@ -363,7 +400,7 @@ def test_synthetic_domains_the_generators_cannot_build_are_refused_by_the_config
     half-made data/ folder; the config refuses them before anything is written."""
     with pytest.raises(ConfigError) as e:
         load_config(CONFIGS / "tiny-text.yaml", [override])
-    assert f"--set: data.synthetic: Value error, {message}" in str(e.value)
+    assert f"--set: data.synthetic: {message}" in str(e.value)
 
 
 def test_text_task_domains_match_the_generators():

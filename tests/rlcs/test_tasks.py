@@ -202,3 +202,44 @@ def test_gui_data_without_chromium_stops_with_how_to_get_it(monkeypatch, tmp_pat
     gui = _no_chromium_installed(monkeypatch, tmp_path)
     with pytest.raises(gui.ChromiumMissing, match="none was found"):
         build_task_data(tmp_path / "data", sizes={"rl_train": 2}, domains=("gui",), seed=0)
+
+
+def test_a_missing_chromium_stops_the_build_before_any_domain_is_generated(monkeypatch, tmp_path):
+    """The GUI domain's browser was looked for only when the build reached that domain, after
+    every domain before it had been generated; it is looked for before anything is written."""
+    from rlcs.tasks import gui
+
+    def no_chromium():
+        raise gui.ChromiumMissing("no Chromium here (`apt-get install chromium`)")
+
+    drawn = []
+    monkeypatch.setattr(gui, "find_chromium", no_chromium)
+    for name, cls in GENERATORS.items():  # a sample of any domain would be generation begun
+        monkeypatch.setattr(cls, "sample", lambda *a, _name=name: drawn.append(_name))
+    out = tmp_path / "data"
+    with pytest.raises(gui.ChromiumMissing, match="no Chromium here"):
+        build_task_data(out, sizes={"rl_train": 2, "heldout": 1, "sft": 1, "pretrain": 1},
+                        domains=("math", "ocr", "grounding", "gui"), progress=False)  # fmt: skip
+    assert drawn == []
+    assert not out.exists()
+
+
+def test_unknown_domains_and_splits_are_named_with_the_valid_ones(tmp_path):
+    """An unknown domain was a bare KeyError once the build reached it; an unknown key of
+    ``sizes`` (a misspelt split) was ignored, and that split got its default size."""
+    sizes = {"rl_train": 1, "heldout": 1, "sft": 1, "pretrain": 1}
+    out = tmp_path / "data"
+    with pytest.raises(ValueError) as e:
+        build_task_data(out, sizes=sizes, domains=("math", "chart"), progress=False)
+    assert str(e.value) == (
+        "unknown task domain 'chart' in domains; the domains: math, ocr, grounding, gui"
+    )
+    with pytest.raises(ValueError) as e:
+        build_task_data(out, sizes={**sizes, "train": 5}, domains=("math",), progress=False)
+    assert str(e.value) == (
+        "unknown split 'train' in sizes; the splits: rl_train, heldout, sft, pretrain"
+    )
+    # an unknown domain is named as such, not as one text_only cannot build
+    with pytest.raises(ValueError, match="unknown task domain 'chart'"):
+        build_task_data(out, sizes=sizes, domains=("chart",), text_only=True, progress=False)
+    assert not out.exists()
