@@ -184,7 +184,9 @@ def _item_fields(item: Any) -> tuple[str, str, Any, Mapping[str, Any]]:
 
 def counted_domain(result: ScoreResult) -> str:
     """The domain a result is counted under: a name a client made up counts as ``unknown``,
-    so that counters and metric labels stay as few as the registered domains."""
+    so that counters and metric labels stay as few as the registered domains, and an item
+    whose fields cannot be read (no ``domain`` key, too short a tuple, options that are no
+    mapping, not an item at all) counts as ``?``, its result's ``domain`` left empty."""
     if result.error == "domain":
         return "unknown"
     return result.domain or "?"

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from fastapi import Query
+from fastapi import Query, Security
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
@@ -263,6 +264,12 @@ def create_app(
         version="0.1.0",
     )
     metrics = Metrics(scorer.pool)
+    # With a token, the guarded endpoints declare the bearer scheme in the OpenAPI document,
+    # so that the docs page offers "Authorize" and sends the header from "Try it out". The
+    # declaration only documents: the gate below checks the token before FastAPI sees the
+    # request, and this dependency never refuses one (auto_error=False).
+    bearer = [Security(HTTPBearer(auto_error=False, description="the server's --token"))]
+    guarded = bearer if token else []
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Any, exc: RequestValidationError) -> Response:
@@ -274,13 +281,13 @@ def create_app(
             {"detail": f"batch of {n} items is over the limit of {max_batch}"}, status_code=422
         )
 
-    @app.post("/v1/score", response_model=ScoreResponse)
+    @app.post("/v1/score", response_model=ScoreResponse, dependencies=guarded)
     async def score_one(req: ScoreRequest) -> Any:
         results = await scorer.score_batch_async([req.model_dump()])
         metrics.observe(results)
         return _json_response(results[0].to_dict())
 
-    @app.post("/v1/score/batch", response_model=BatchResponse)
+    @app.post("/v1/score/batch", response_model=BatchResponse, dependencies=guarded)
     async def score_batch(req: BatchRequest) -> Any:
         if len(req.items) > max_batch:
             return too_many(len(req.items))
@@ -288,7 +295,7 @@ def create_app(
         metrics.observe(results)
         return _json_response({"results": [r.to_dict() for r in results]})
 
-    @app.post("/get_reward", response_model=OpenRLHFResponse)
+    @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=guarded)
     async def get_reward(
         req: OpenRLHFRequest,
         domain: str = Query(default_domain, description="domain for labels that name none"),
@@ -331,7 +338,7 @@ def create_app(
             }
         )
 
-    @app.get("/v1/domains")
+    @app.get("/v1/domains", dependencies=guarded)
     def list_domains() -> dict[str, Any]:
         return {"domains": registry.domains(), "counters": scorer.counters()}
 
@@ -347,7 +354,7 @@ def create_app(
         # the address the server prints: a browser opened there lands on the API docs
         return RedirectResponse("/docs")
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=guarded)
     def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import sympy
+from sympy.core.function import AppliedUndef
 
 from rewards.base import NAN_TRUTH, Verdict, Verifier, text_truth_problem
 from rewards.verifiers import math_parse as mp
@@ -217,6 +218,28 @@ def _as_vector(x: sympy.Basic, other: sympy.Basic) -> sympy.Basic:
     return x
 
 
+def _is_name(x: sympy.Basic) -> bool:
+    """A left side that names the answer rather than takes part in it: a variable (``y``,
+    ``a_n``) or a function of variables (``f(x)``, ``g(s, t)``)."""
+    if x.is_Symbol:
+        return True
+    return isinstance(x, AppliedUndef) and all(arg.is_Symbol for arg in x.args)
+
+
+def _same_function(a: sympy.Eq, b: sympy.Eq) -> bool:
+    """``f(x) = x^2`` and ``y = x^2``: one function, named two ways. Only a function's name
+    against another name that is none of its arguments (``x = 3`` is a value of x, not
+    ``f(x) = 3``), with the same right side."""
+    if a.lhs == b.lhs or not (_is_name(a.lhs) and _is_name(b.lhs)):
+        return False
+    f, other = (a.lhs, b.lhs) if isinstance(a.lhs, AppliedUndef) else (b.lhs, a.lhs)
+    if not isinstance(f, AppliedUndef) or other in f.args:
+        return False
+    if isinstance(other, AppliedUndef) and other.args != f.args:
+        return False
+    return a.rhs.free_symbols <= set(f.args) and b.rhs.free_symbols <= set(f.args)
+
+
 def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     """Mathematical equivalence of two parsed answers."""
     if a == b:
@@ -225,11 +248,13 @@ def equal(a: sympy.Basic, b: sympy.Basic, rel_tol: float) -> bool:
     a, b = _as_point(a, b), _as_point(b, a)
     if a == b:  # 3 < x < 1 is the empty set
         return True
-    if isinstance(a, sympy.Eq) and not isinstance(b, sympy.Eq) and a.lhs.is_Symbol:
+    if isinstance(a, sympy.Eq) and not isinstance(b, sympy.Eq) and _is_name(a.lhs):
         a = a.rhs
-    if isinstance(b, sympy.Eq) and not isinstance(a, sympy.Eq) and b.lhs.is_Symbol:
+    if isinstance(b, sympy.Eq) and not isinstance(a, sympy.Eq) and _is_name(b.lhs):
         b = b.rhs
     if isinstance(a, sympy.Eq) and isinstance(b, sympy.Eq):
+        if _same_function(a, b):
+            return equal(a.rhs, b.rhs, rel_tol)
         return _equation_equal(a, b)
     if isinstance(a, sympy.Interval) and isinstance(b, sympy.Interval):
         return (
@@ -328,8 +353,11 @@ def _is_word(text: str) -> bool:
 
 #: pi in an answer: ``\\pi`` or the plain word (``pi/6``)
 _PI = re.compile(r"\\pi(?![A-Za-z])|(?<![A-Za-z\\])pi(?![A-Za-z])|π")
-#: ``x = `` or ``\\theta_1 = `` before an angle
-_NAMED = re.compile(r"^(\\?[A-Za-z]+(?:_\{?\w+\}?)?\s*=\s*)(.+)$", re.S)
+#: the name of an angle before its value: ``\\angle A = ``, ``m\\angle ABC = ``
+_ANGLE_NAME = r"(?:m\s*)?\\(?:angle|measuredangle)\s*[A-Za-z]+\s*=\s*"
+#: ``x = ``, ``\\theta_1 = `` or ``\\angle A = `` before an angle
+_NAMED = re.compile(rf"^({_ANGLE_NAME}|\\?[A-Za-z]+(?:_\{{?\w+\}}?)?\s*=\s*)(.+)$", re.S)
+_ANGLE_NAMED = re.compile(_ANGLE_NAME)
 _BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 
 
@@ -343,6 +371,17 @@ def _encloses(s: str) -> bool:
         if depth == 0:
             return i == len(s) - 1
     return False
+
+
+def drop_angle_names(s: str) -> str:
+    """``\\angle A = 30`` -> ``30``, value by value (``\\angle A = 30, \\angle B = 60`` ->
+    ``30, 60``): the name of an angle is no part of its value, and the grammar would read
+    ``\\angle A`` as a product of letters. For an answer compared with one that is no
+    equation."""
+    if _ANGLE_NAMED.search(s) is None:
+        return s
+    parts = (p.strip() for p in split_top(s, ","))
+    return ", ".join(p[m.end() :] if (m := _ANGLE_NAMED.match(p)) else p for p in parts)
 
 
 def degrees_to_radians(s: str) -> str:
@@ -409,6 +448,10 @@ class MathVerifier(Verifier):
             return Verdict(1.0)
         if not pred:
             return Verdict(0.0, "parse", "empty answer")
+        if "=" not in gt:  # \\angle A = 30 against 30: the value; against \\angle A = 30 as it is
+            pred = drop_angle_names(pred)
+        if "=" not in pred:
+            gt = drop_angle_names(gt)
         letter = mp.choice_letter(gt)
         if letter is not None:
             return Verdict(float(mp.pred_choice_letter(pred) == letter))

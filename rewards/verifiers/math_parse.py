@@ -37,11 +37,26 @@ class MathParseError(ValueError):
 #: ``30``), and ``has_degrees`` says an answer had one
 _DEGREE_SIGNS = ("^{\\circ}", "^\\circ", "°", "\\circ", "^{\\degree}", "^\\degree",
                  "\\textdegree", "\\degree")  # fmt: skip
+#: dropped before degree marks are read (so that ``\\sin\\left(30^\\circ\\right)`` is seen as a
+#: function of an angle in degrees); the degree signs themselves are dropped after that
 _DROP = (
     "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "\\:",
-    "\\(", "\\)", "\\[", "\\]", "\\$", "$", *_DEGREE_SIGNS,
+    "\\(", "\\)", "\\[", "\\]", "\\$", "$",
     "\\bigl", "\\bigr", "\\Bigl", "\\Bigr",
 )  # fmt: skip
+_DEGREE = "|".join(re.escape(sign) for sign in _DEGREE_SIGNS)
+#: a trigonometric function, whose argument is an angle; its power (``\\sin^2``, ``\\cos^{2}``)
+_TRIG = re.compile(
+    r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])(?:\s*\^\s*(?:\{[^{}]*\}|-?\d|[A-Za-z]))?"
+)
+#: a number with a degree sign: in a trigonometric function's argument it is converted
+_DEGREE_NUMBER = re.compile(rf"(?<![\d.])(\d+(?:\.\d*)?|\.\d+)\s*(?:{_DEGREE})")
+#: an argument without brackets that is a number in degrees (``\\sin 30^\\circ``, ``\\cos 60°``)
+_BARE_DEGREE_ARGUMENT = re.compile(rf"((?:[+-]\s*)?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:{_DEGREE})")
+#: a repeating decimal: ``0.\\overline{3}`` is 1/3, ``0.1\\overline{6}`` is 1/6 (digits only)
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\s*\\overline\s*\{\s*(\d+)\s*\}")
+#: digits a repeating decimal may have in all: past that it is left as written (and unread)
+_REPEATING_DIGITS = 200
 #: ``\\mathrm{e}``: Euler's number written upright (as ISO 80000 writes it), read as ``e``
 _RENAME = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
            ("\\varnothing", "\\emptyset"), ("∅", "\\emptyset"), ("\\mathrm{e}", "e"))  # fmt: skip
@@ -103,18 +118,97 @@ _PLAIN_WORDS = (
 
 
 def has_degrees(text: str) -> bool:
-    """Whether the answer is an angle in degrees (a degree sign, which ``normalize`` drops)."""
-    return any(sign in text for sign in _DEGREE_SIGNS)
+    """Whether the answer is an angle in degrees: a degree sign, which ``normalize`` drops,
+    other than on a trigonometric function's argument (``\\sin 30^\\circ`` is the number 1/2,
+    no angle), which ``normalize`` converts to radians."""
+    if not any(sign in text for sign in _DEGREE_SIGNS):
+        return False
+    marked = _marked(text)
+    return any(sign in marked for sign in _DEGREE_SIGNS)
 
 
-def normalize(text: str) -> str:
-    """Cheap textual normalisation: also the cache key, so it must not change the meaning."""
+def _marked(text: str) -> str:
+    """``text`` renamed and without its layout commands, a trigonometric function's argument
+    in degrees converted to radians; its other degree signs still there."""
     s = text.strip()
     for old, new in _RENAME:
         s = s.replace(old, new)
     for tok in _DROP:
         if tok in s:
             s = s.replace(tok, "")
+    return trig_degrees(s)
+
+
+def trig_degrees(s: str) -> str:
+    """A trigonometric function's argument with degree signs, in radians: ``\\sin 30^\\circ``
+    -> ``\\sin(\\frac{30\\pi}{180})``, and in a bracketed argument each number with a sign
+    (``\\cos(90^\\circ - 30^\\circ)``). Elsewhere a degree sign is left for ``normalize`` to
+    drop: an answer ``30^\\circ`` is the number 30."""
+    if not any(sign in s for sign in _DEGREE_SIGNS):
+        return s
+    out, pos = [], 0
+    while (m := _TRIG.search(s, pos)) is not None:
+        out.append(s[pos : m.end()])
+        pos = at = m.end()
+        while at < len(s) and s[at].isspace():
+            at += 1
+        if at < len(s) and s[at] in "({":
+            close = _closing(s, at)
+            if close is None:
+                break
+            out.append(s[at] + _DEGREE_NUMBER.sub(_in_radians, s[at + 1 : close]) + s[close])
+            pos = close + 1
+        elif bare := _BARE_DEGREE_ARGUMENT.match(s, at):
+            out.append("(" + _in_radians(bare) + ")")
+            pos = bare.end()
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _in_radians(m: re.Match) -> str:
+    return f"\\frac{{{m.group(1).replace(' ', '')}\\pi}}{{180}}"
+
+
+def _closing(s: str, start: int) -> int | None:
+    """Where the bracket that opens at ``start`` closes (brackets of any kind counted)."""
+    depth = 0
+    for i in range(start, len(s)):
+        depth += (s[i] in "([{") - (s[i] in ")]}")
+        if depth == 0:
+            return i
+    return None
+
+
+def repeating_decimals(s: str) -> str:
+    """``0.\\overline{3}`` -> ``\\frac{1}{3}``, ``1.2\\overline{45}`` -> ``\\frac{137}{110}``: the
+    digits under the bar repeat forever. A bar over anything but digits after a decimal point
+    (``\\overline{AB}``, a segment) is left as it is."""
+    if "\\overline" not in s:
+        return s
+    return _REPEATING.sub(_repeating_value, s)
+
+
+def _repeating_value(m: re.Match) -> str:
+    whole, fixed, cycle = m.groups()
+    if len(whole) + len(fixed) + len(cycle) > _REPEATING_DIGITS:
+        return m.group(0)
+    # 0.1(6) = (16 - 1) / 90: the digits through one cycle, less those before it, over as many
+    # nines as the cycle has digits followed by as many zeros as the digits before it
+    value = int(whole or "0") + Fraction(
+        int(fixed + cycle) - int(fixed or "0"), (10 ** len(cycle) - 1) * 10 ** len(fixed)
+    )
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def normalize(text: str) -> str:
+    """Cheap textual normalisation: also the cache key, so it must not change the meaning."""
+    s = _marked(text)
+    for tok in _DEGREE_SIGNS:
+        if tok in s:
+            s = s.replace(tok, "")
+    s = repeating_decimals(s)
     s = _SHORT_FRAC.sub(_braced_frac, s)
     s = _SHORT_SQRT.sub(lambda m: "\\sqrt{" + m.group(1) + "}", s)
     s = _ESCAPED_SPACE.sub(" ", s)
@@ -341,12 +435,85 @@ def plain_to_latex(s: str) -> str:
     return s
 
 
+#: conditions joined by "or" or "and" that are read as one set; more are read as a list, as
+#: before (each is parsed on its own, and an answer holds two or three)
+MAX_CONDITIONS = 16
+#: "or" and "and" between conditions: ``\\text{ or }`` (also ``\\mathrm``, ``\\textrm``, ``\\mbox``,
+#: between ``\\quad``s), ``\\lor``, ``\\vee``, ``\\land``, ``\\wedge``, or the plain word
+_CONNECTIVE = re.compile(
+    r"(?:\s*\\q?quad)*\s*(?:\\(?:text|textrm|mathrm|mbox)\{\s*(?P<text>or|and)\s*\}"
+    r"|\\(?P<command>lor|vee|land|wedge)(?![A-Za-z])|(?<![A-Za-z\\])(?P<word>or|and)(?![A-Za-z]))"
+    r"(?:\s*\\q?quad(?![A-Za-z]))*"
+)
+_CONNECTIVE_KIND = {"or": "or", "and": "and", "lor": "or", "vee": "or", "land": "and",
+                    "wedge": "and"}  # fmt: skip
+
+
+def _split_connectives(s: str) -> tuple[list[str], set[str]]:
+    """``s`` cut at its "or"s and "and"s outside brackets, and which of the two it has."""
+    pieces, kinds, start, depth, scanned = [], set(), 0, 0, 0
+    for m in _CONNECTIVE.finditer(s):
+        for c in s[scanned : m.start()]:
+            depth += (c in "([{") - (c in ")]}")
+        scanned = m.start()
+        if depth == 0:
+            pieces.append(s[start : m.start()])
+            kinds.add(_CONNECTIVE_KIND[m.group("text") or m.group("command") or m.group("word")])
+            start = m.end()
+    pieces.append(s[start:])
+    return pieces, kinds
+
+
+def _joined_conditions(s: str) -> sympy.Set | None:
+    """Inequalities in one variable joined by "or", as the union of their sets
+    (``x < -1 \\text{ or } x > 1`` is ``(-\\infty, -1) \\cup (1, \\infty)``), or by "and", as
+    their intersection (``x > -1 \\text{ and } x < 1`` is ``(-1, 1)``); with "or", equations
+    may be among them (``x = 2 \\text{ or } x = 3`` is ``\\{2, 3\\}``). None for anything
+    else, which is read as before (the grammar reads "or" and "and" as commas, a list): both
+    words in one answer (which binds first?), a piece that is no condition, more than one
+    variable, and equations joined by "and", the way a list of solutions is often written
+    (``x = 2 \\text{ and } x = 3``)."""
+    if _CONNECTIVE.search(s) is None:
+        return None
+    pieces, kinds = _split_connectives(s)
+    if not 2 <= len(pieces) <= MAX_CONDITIONS or len(kinds) != 1:
+        return None
+    if not all(p.strip() for p in pieces):
+        return None
+    [kind] = kinds
+    try:
+        parts = [to_sympy(p.strip()) for p in pieces]
+    except MathParseError:
+        return None
+    for part in parts:
+        chain = isinstance(part, sympy.And) and all(_inequality(a) for a in part.args)
+        equation = kind == "or" and isinstance(part, sympy.Eq)
+        if not (_inequality(part) or chain or equation):
+            return None
+    if len(set().union(*(p.free_symbols for p in parts))) != 1:
+        return None
+    try:
+        sets = [part.as_set() for part in parts]
+    except (NotImplementedError, TypeError, ValueError, ArithmeticError, sympy.PolynomialError):
+        return None  # an inequality SymPy cannot solve: the list, as before
+    return sympy.Union(*sets) if kind == "or" else sympy.Intersection(*sets)
+
+
+def _inequality(x: sympy.Basic) -> bool:
+    return isinstance(x, sympy.core.relational.Relational) and not isinstance(
+        x, (sympy.Eq, sympy.Ne)
+    )
+
+
 @lru_cache(maxsize=8192)
 def to_sympy(s: str) -> sympy.Basic:
     """Parse normalised answer text into a SymPy object, after the size guards. The small
     fast parser handles most answers; the full LaTeX grammar takes the rest. Cached per
     process: a GRPO group repeats its ground truth and many of its answers."""
     check_size(s)
+    joined = _joined_conditions(s)
+    if joined is not None:
+        return joined
     latex = plain_to_latex(s)
     if _DOUBLE_SUPERSCRIPT.search(latex):
         # a^b^c: LaTeX refuses it, the grammar would read (a^b)^c, Python's a**b**c is a^(b^c)

@@ -209,6 +209,7 @@ def test_concurrent_callers_with_hanging_items_all_finish(bad_scorer):
 
 
 def test_malformed_items_are_request_errors_not_exceptions(scorer):
+    before = scorer.counters().get("?", {})
     results = scorer.score_batch(
         [
             {"domain": "math"},
@@ -219,6 +220,11 @@ def test_malformed_items_are_request_errors_not_exceptions(scorer):
     )
     assert [r.error for r in results] == ["request"] * 4
     assert "expected domain, response, answer" in results[0].detail
+    # read as no domain (their results say ""), they count under "?" (docs/rewards.md)
+    assert [r.domain for r in results] == [""] * 4
+    after = scorer.counters()["?"]
+    assert after["items"] == before.get("items", 0) + 4
+    assert after["errors"] == before.get("errors", 0) + 4
 
 
 def test_a_large_response_full_of_angle_brackets_is_gated_in_a_worker(scorer):

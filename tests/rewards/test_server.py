@@ -259,6 +259,43 @@ def test_domains_docs_and_metrics(server):
     assert "# TYPE rlcs_reward_workers_killed_total counter" in text
 
 
+GUARDED = {("/v1/score", "post"), ("/v1/score/batch", "post"), ("/get_reward", "post"),
+           ("/v1/domains", "get"), ("/metrics", "get")}  # fmt: skip
+
+
+def _secured(spec: dict) -> set[tuple[str, str]]:
+    """The operations of an OpenAPI document that name a security requirement."""
+    return {(path, method) for path, ops in spec["paths"].items()
+            for method, op in ops.items() if op.get("security")}  # fmt: skip
+
+
+def test_the_openapi_document_declares_the_bearer_token_where_the_gate_asks_for_it(server):
+    # Swagger UI offered no "Authorize" button, so "Try it out" always got a 401
+    spec = httpx.get(f"{server.base_url}/openapi.json").json()  # no token: the docs are open
+    schemes = spec["components"]["securitySchemes"]
+    assert list(schemes.values()) == [
+        {"type": "http", "scheme": "bearer", "description": "the server's --token"}
+    ]
+    [name] = schemes
+    assert _secured(spec) == GUARDED
+    for path, method in GUARDED:
+        assert spec["paths"][path][method]["security"] == [{name: []}]
+    # the declaration documents the gate and changes nothing: still 401 without the token
+    r = httpx.get(f"{server.base_url}/v1/domains")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert server.get("/v1/domains").status_code == 200
+
+
+def test_without_a_token_the_openapi_document_asks_for_none(scorer):
+    from rewards.server import create_app
+
+    spec = create_app(scorer).app.openapi()
+    assert _secured(spec) == set()
+    assert "securitySchemes" not in spec.get("components", {})
+    spec = create_app(scorer, token="t").app.openapi()
+    assert _secured(spec) == GUARDED
+
+
 def test_the_api_docs_render_in_a_browser_without_internet(server):
     from rlcs.tasks.gui import CHROMIUM_ARGS, ChromiumMissing, find_chromium
 
@@ -286,6 +323,18 @@ def test_the_api_docs_render_in_a_browser_without_internet(server):
             page.goto(base + "/docs")
             page.locator(".opblock-summary-path", has_text="/v1/score/batch").wait_for()
             assert page.locator(".opblock").count() >= 6
+            # the token can be given on the page, and "Try it out" sends it
+            page.locator("button.authorize").first.click()
+            page.locator(".modal-ux input").fill(TOKEN)
+            page.locator(".modal-ux button.authorize").click()
+            page.locator(".modal-ux button.btn-done").click()
+            with page.expect_response(lambda r: r.url.endswith("/v1/domains")) as answer:
+                block = page.locator(".opblock", has_text="/v1/domains")
+                block.locator(".opblock-summary").click()
+                block.locator("button.try-out__btn").click()
+                block.locator("button.execute").click()
+            assert answer.value.status == 200
+            assert answer.value.request.headers["authorization"] == f"Bearer {TOKEN}"
         finally:
             browser.close()
     assert outside == []
