@@ -111,17 +111,19 @@ class Learner:
 
     @torch.no_grad()
     def _fill_logprobs(
-        self, step: RankStep, key: str, model: Any, raw_key: str | None = None
+        self, step: RankStep, key: str, model: Any, engine_key: str | None = None
     ) -> None:
         """Per-token policy logprobs (tempered) of each of ``step``'s documents under ``model``,
-        stored in ``doc.extras[key]``; with a temperature other than 1 and a ``raw_key``, the
-        raw ones too, for the comparison with the engine's.
+        stored in ``doc.extras[key]``; with an ``engine_key``, also those at the temperature the
+        engines report theirs at (``rollout.logprobs``) where it is not the policy's, for the
+        comparison with the engine's.
 
         Under ZeRO-3 a forward pass gathers each layer's parameters from every rank, so each
         rank runs as many passes as the rank with the most micro-batches (zero-weight ones
         after its own): with fewer, ranks' collectives stop matching (gloo aborts on a size
         mismatch, NCCL hangs)."""
         temp = self._policy_temperature()
+        engine_temp = self._engine_logprob_temperature()
         docs = step.docs
         micro = [mb for mini in step.minis for mb in mini]
         if self.world_size > 1 and self.config.learner.zero_stage == 3:
@@ -133,8 +135,8 @@ class Learner:
             logits = self.inputs.logits(model, b)
             targets = b["targets"].to(self.engine.device)
             series = {key: token_logprobs(tempered_logits(logits, temp), targets)}
-            if temp != 1.0 and raw_key:
-                series[raw_key] = token_logprobs(logits, targets)
+            if engine_temp != temp and engine_key:
+                series[engine_key] = token_logprobs(tempered_logits(logits, engine_temp), targets)
             sel = b["doc_offset"] >= 0
             where = list(
                 zip(b["doc_index"][sel].tolist(), b["doc_offset"][sel].tolist(), strict=True)
@@ -162,7 +164,9 @@ class Learner:
             multi = len(step.minis) * passes > 1
             from_rollout = multi and grpo.old_logprobs == "rollout"
             if multi and not from_rollout:
-                self._fill_logprobs(step, "old_logprobs", self.engine, raw_key="old_logprobs_raw")
+                self._fill_logprobs(
+                    step, "old_logprobs", self.engine, engine_key="old_logprobs_engine"
+                )
             if self.ref_model is not None:
                 self._fill_logprobs(step, "ref_logprobs", self.ref_model)
         minis = list(zip(step.minis, step.num_micro, strict=True)) * passes
@@ -238,8 +242,8 @@ class Learner:
             engine_temp = self._engine_logprob_temperature()
             if engine_temp == temp:
                 mine = b["old_logprobs"].to(dev) if "old_logprobs" in b else lp.detach()
-            elif engine_temp == 1.0 and "old_logprobs_raw" in b:
-                mine = b["old_logprobs_raw"].to(dev)
+            elif "old_logprobs_engine" in b:
+                mine = b["old_logprobs_engine"].to(dev)
             else:
                 mine = token_logprobs(tempered_logits(raw_logits.detach(), engine_temp), targets)
             roll = b["rollout_logprobs"].to(dev)
