@@ -273,6 +273,12 @@ class HFEngine:
         if wrong:
             staged.clear()
             raise ValueError(f"HF engine: pushed tensors of the wrong shape, e.g. {wrong[:3]}")
+        # a push that leaves parameters out is refused before anything is copied too: loading
+        # the rest would leave the engine on a mix of the new weights and the old
+        missing = sorted(set(params) - set(state))
+        if missing:
+            staged.clear()
+            return {"checksums": {}, "missing": missing, "readback": 0}
         self.model.load_state_dict(state, strict=False)
         checksums = dict(staged.checksums)
         readback = 0
@@ -280,9 +286,8 @@ class HFEngine:
             if name not in checksums:
                 checksums[name] = staged.checksum(live[name])
                 readback += 1
-        missing = sorted(set(params) - set(state))
         staged.clear()
-        return {"checksums": checksums, "missing": missing, "readback": readback}
+        return {"checksums": checksums, "missing": [], "readback": readback}
 
     def sleep(self) -> None:
         """Nothing to release: the HF engine keeps no KV cache between calls."""

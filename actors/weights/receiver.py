@@ -82,6 +82,9 @@ class StagedWeights:
     def names(self) -> list[str]:
         return [n for n, _ in self._tensors]
 
+    def shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [(n, tuple(t.shape)) for n, t in self._tensors]
+
     def checksum(self, t: torch.Tensor) -> str:
         """A live parameter's checksum after the load, with this push's algorithm."""
         return tensor_checksum(t, self.algorithm)

@@ -10,10 +10,23 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from actors.weights.checksum import tensor_checksum
 from actors.weights.receiver import StagedWeights
+
+
+def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes by name from the safetensors headers in ``model_dir`` (no data is read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                shapes[name] = tuple(f.get_slice(name).get_shape())
+    return shapes
 
 
 class _QuietRotary(logging.Filter):
@@ -72,6 +85,14 @@ class WeightSyncExtension:
 
         return gpu_uuid()
 
+    def _rlcs_checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor in the checkpoint the engine was built from, by name (the
+        learner pushes vLLM engines its weights in that layout); read from the safetensors
+        headers once. Empty where the model is not a local folder of safetensors files."""
+        if not hasattr(self, "_rlcs_ckpt_shapes"):
+            self._rlcs_ckpt_shapes = checkpoint_shapes(self.model_runner.model_config.model)
+        return self._rlcs_ckpt_shapes
+
     def rlcs_commit_weights(self, version: str) -> dict[str, Any]:
         """Load every staged tensor at once; return per-tensor checksums and uncovered params.
 
@@ -83,6 +104,21 @@ class WeightSyncExtension:
         staged = self._rlcs_stage()
         if staged.version != version:
             raise RuntimeError(f"commit of weights version {version}, but staged {staged.version}")
+        # vLLM's loader fails on a tensor of the wrong shape midway through the reload, with
+        # the model's layers already emptied, and the engine cannot generate again; such a push
+        # is refused here, before anything is loaded
+        known = self._rlcs_checkpoint_shapes()
+        wrong = [
+            f"{name}: {shape} for {known[name]}"
+            for name, shape in staged.shapes()
+            if name in known and shape != known[name]
+        ]
+        if wrong:
+            staged.clear()
+            raise ValueError(
+                f"vLLM engine: pushed tensors of the wrong shape, e.g. {wrong[:3]}; nothing was "
+                "loaded"
+            )
         model = self.model_runner.get_model()
         loaded: set[str] = set()
         original = model.load_weights

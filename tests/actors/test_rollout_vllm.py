@@ -155,6 +155,26 @@ def test_greedy_after_sync_equals_transformers(
         assert [t.token_ids for t in after] == expected, kind
 
 
+def test_a_push_of_the_wrong_shape_is_refused_and_the_engine_lives_on(
+    ray_local, worker, tiny_text_model
+):
+    """vLLM's loader would fail on it midway, its layers emptied, and the engine could not
+    generate again; the push is refused before anything loads, naming the tensor."""
+    from actors.weights import WeightSyncError, make_transport
+
+    learner = learner_model(tiny_text_model, seed=4)
+    transport = make_transport("cpu_bytes", [worker], bucket_mb=1)
+    transport.push(learner.named_parameters())
+    before = ray_local.get(worker.generate.remote(ITEMS, n=1, step=6, temperature=0.0))
+    named = [(n, p.detach()) for n, p in learner_model(tiny_text_model, seed=5).named_parameters()]
+    name, t = named[-1]
+    with pytest.raises(WeightSyncError, match=f"wrong shape.*{name}"):
+        transport.push([*named[:-1], (name, t[:5].clone())])
+    after = ray_local.get(worker.generate.remote(ITEMS, n=1, step=6, temperature=0.0))
+    assert [t.token_ids for t in after] == [t.token_ids for t in before]
+    assert transport.push(learner.named_parameters()).checksum_ok
+
+
 def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
     """Hundreds of seeded requests at once: vLLM CPU used to die here in chunked prefill."""
     items = [{"id": f"b{i}", "domain": "math", "prompt": "pad " * (20 + i)} for i in range(64)]

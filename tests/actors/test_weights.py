@@ -233,6 +233,37 @@ def test_partial_or_misnamed_push_fails(ray_local, hf_workers, tied_model):
         tp.push(renamed)
 
 
+def test_a_push_that_leaves_parameters_out_changes_nothing_in_the_hf_engine(tied_model):
+    """Refused as a whole: the parameters it did send are not loaded either, so the engine
+    keeps the previous weights rather than a mix of old and new."""
+    from actors.rollout import RolloutWorkerImpl
+    from actors.weights import cpu_bytes
+    from actors.weights.base import compare_checksums
+    from actors.weights.checksum import tensor_checksum
+
+    w = RolloutWorkerImpl(str(tied_model), dict(engine="hf", n=1))
+    before = {n: t.clone() for n, t in w.engine.model.state_dict().items()}
+    params = [(n, p.detach()) for n, p in _trained(tied_model, seed=15).named_parameters()]
+    w.receive_weights("cpu_bytes", cpu_bytes.encode(params[:-2]), "v1")
+    res = w.commit_weights("v1")
+    assert res["missing"] == sorted(n for n, _ in params[-2:])
+    after = w.engine.model.state_dict()
+    assert [n for n in before if not torch.equal(before[n], after[n])] == []
+    # so does one with a name the engine does not have
+    w.receive_weights(
+        "cpu_bytes", cpu_bytes.encode([*params, ("bogus", params[0][1].clone())]), "v3"
+    )
+    with pytest.raises(KeyError, match="bogus"):
+        w.commit_weights("v3")
+    assert [n for n in before if not torch.equal(before[n], after[n])] == []
+    # the whole push then loads every tensor
+    w.receive_weights("cpu_bytes", cpu_bytes.encode(params), "v2")
+    res = w.commit_weights("v2")
+    assert res["missing"] == [] and len(res["checksums"]) == len(params)
+    expected = {n: tensor_checksum(t, "xxh3") for n, t in params}
+    compare_checksums(expected, res["checksums"], "w", [n for n, _ in params])
+
+
 # --- GPU transports (skipped without CUDA) ---------------------------------------------------
 
 
