@@ -1,6 +1,7 @@
 """Reading a dataset's images: paths relative to the dataset file, or base64 (standard or
 URL-safe, padded or not, bare or as ``data:image/...;base64,`` URLs), decoded to RGB for the
-model, or checked at load as ``data.image_check`` says.
+model (turned upright as their EXIF orientation says, transparent parts on white, as an image
+viewer shows them), or checked at load as ``data.image_check`` says.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 if TYPE_CHECKING:
     from rlcs.data import Item
@@ -24,6 +25,11 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
 
     ``data:image/...;base64,`` URLs are base64. A plain string is a path if such a file exists,
     and otherwise is tried as bare base64. Base64 is standard or URL-safe, padded or not.
+
+    The image comes back as it is displayed: a photo whose EXIF orientation says it was taken
+    sideways is turned upright, and transparent pixels are laid on white rather than losing
+    their alpha (a transparent PNG's background is often stored black, as its text may be).
+    A model served later reads image files the same way, so training sees what it will see.
     """
     source = _image_source(ref, base_dir)
     if isinstance(source, Path):
@@ -31,7 +37,25 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
             source = source.read_bytes()
         except OSError as e:
             raise ValueError(f"cannot read {source}: {e.strerror}") from None
-    return _open_image(io.BytesIO(source), len(source), load=True).convert("RGB")
+    return _to_rgb(_open_image(io.BytesIO(source), len(source), load=True))
+
+
+_ORIENTATION = 0x0112  # the EXIF tag; 1 is upright
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """``img`` upright (its EXIF orientation applied) and in RGB, transparency on white."""
+    try:
+        if img.getexif().get(_ORIENTATION, 1) != 1:
+            img = ImageOps.exif_transpose(img)
+    except Exception:  # a damaged EXIF block: keep the pixels as stored
+        pass
+    if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        flat = Image.new("RGB", rgba.size, (255, 255, 255))
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        return flat
+    return img.convert("RGB")
 
 
 #: how ``check_image`` checks an image at load: its pixels, its header only, or not at all
