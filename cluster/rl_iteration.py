@@ -1,7 +1,8 @@
 """One RL iteration, phase by phase, and the metrics it reports.
 
-The phases are timed separately (generate, reward, sampler, learn, sync); whatever wall time
-is left over is the orchestration overhead.
+The phases are timed separately (generate, reward, sampler, learn, sync, and sleep where the
+engines sleep while the learner trains); whatever wall time is left over is the orchestration
+overhead.
 """
 
 from __future__ import annotations
@@ -353,7 +354,11 @@ def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[
     m["errors/reward"] = float(sum(1 for t in trajs if unscorable(t)))
     m["errors/dropped_rollouts"] = float(len(trajs) - len(scored))
     m["errors/parse"] = float(sum(1 for t in trajs if t.reward_detail.get("error") == "parse"))
-    m["errors/format"] = float(sum(1 for t in trajs if not t.reward_detail.get("format_ok")))
+    # a rollout that could not be scored (a failed reward actor, a bad request) also comes back
+    # with format_ok False: it was never checked, so it counts in errors/reward alone
+    m["errors/format"] = float(
+        sum(1 for t in trajs if not t.reward_detail.get("format_ok") and not unscorable(t))
+    )
     m["errors/degenerate"] = float(
         sum(1 for t in trajs if degenerate.is_degenerate(t.reward_detail.get("detail")))
     )
@@ -390,5 +395,9 @@ def _metrics(roles, rounds: Rounds, items, learn, stats, timings, wall) -> dict[
     m["time/iteration"] = wall
     if "learn_wait" in timings:
         m["time/learn_wait"] = timings["learn_wait"]
-    m["time/overhead_share"] = max(0.0, wall - sum(timings.get(p, 0.0) for p in PHASES)) / wall
+    spent = sum(timings.get(p, 0.0) for p in PHASES)
+    if "sleep" in timings:  # rollout.sleep_between_iterations: the engines freeing their memory
+        m["time/sleep"] = timings["sleep"]
+        spent += timings["sleep"]
+    m["time/overhead_share"] = max(0.0, wall - spent) / wall
     return m

@@ -45,8 +45,11 @@ class RunLog:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            # TensorBoard hides the earlier events from purge_step on: the checkpoint's own
+            # step was logged before it was saved, and is kept like its metrics.jsonl record
             self._tb = SummaryWriter(
-                log_dir=str(self.run_dir / "tensorboard"), purge_step=resume_step
+                log_dir=str(self.run_dir / "tensorboard"),
+                purge_step=None if resume_step is None else resume_step + 1,
             )
 
     def log(self, step: int, metrics: dict[str, Any], stage: str = "rl") -> dict[str, Any]:

@@ -10,6 +10,7 @@ hand over fixed responses and record what they are asked to train on."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -219,3 +220,44 @@ def test_engines_sleep_while_the_learner_trains_when_asked(ray_local, scorer, tm
     one_iteration(ray_local, scorer, tmp_path / "b", "drop",
                   rollout={"sleep_between_iterations": True})  # fmt: skip
     assert EVENTS == ["sleep", "learn", "push"]  # the push wakes the engines
+
+
+def test_the_engines_sleep_is_timed_as_a_phase_not_as_overhead(
+    ray_local, scorer, tmp_path, monkeypatch
+):
+    """Putting the engines to sleep takes time of its own (vLLM frees its memory): it is logged
+    as time/sleep, and time/overhead_share is what no phase explains."""
+    monkeypatch.setattr(Rollout, "sleep", lambda self: time.sleep(0.5))
+    result, _, _ = one_iteration(ray_local, scorer, tmp_path, "drop",
+                                 rollout={"sleep_between_iterations": True})  # fmt: skip
+    m = result.metrics
+    assert m["time/sleep"] >= 0.5
+    phases = sum(m[f"time/{p}"] for p in ("generate", "reward", "sampler", "learn", "sync"))
+    unexplained = m["time/iteration"] - phases - m["time/sleep"]
+    assert m["time/overhead_share"] == pytest.approx(unexplained / m["time/iteration"])
+
+
+def test_rollouts_that_could_not_be_scored_are_not_counted_as_format_errors(
+    ray_local, scorer, tmp_path, monkeypatch
+):
+    """A reward actor that failed three times answers with format_ok False, as do bad requests:
+    those rollouts were never checked, so they count in errors/reward, not errors/format (which
+    counts wrong answers)."""
+    from rewards.base import ScoreResult
+
+    real = scorer.score_batch
+
+    def actor_failed(items, timeout_s=None):
+        return [
+            ScoreResult(0.0, False, None, "actor", "reward actor failed 3 times: RayActorError")
+            if r.error == "timeout"
+            else r
+            for r in real(items, timeout_s=timeout_s)
+        ]
+
+    monkeypatch.setattr(scorer, "score_batch", actor_failed)
+    result, _, _ = one_iteration(ray_local, scorer, tmp_path, "drop")
+    m = result.metrics
+    assert m["errors/reward"] == 4 and m["errors/dropped_rollouts"] == 4
+    assert m["errors/format"] == 1  # NO_TAGS alone
+    assert m["errors/degenerate"] == 0

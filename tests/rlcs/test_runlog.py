@@ -34,6 +34,29 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     ]
 
 
+def test_resume_keeps_the_checkpoints_step_in_tensorboard(tmp_path):
+    """A run resumed from its checkpoint of step 3 logs again from step 4: TensorBoard drops
+    what the first attempt logged past step 3 and keeps step 3 itself, as metrics.jsonl does."""
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLog(tmp_path) as log:
+        for step in range(1, 6):
+            log.log(step, {"loss": float(step)})
+    time.sleep(1.1)  # a new event file (they are named by the second they start)
+    with RunLog(tmp_path, resume_step=3) as log:
+        log.log(4, {"loss": 40.0})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("rl/loss")] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+        (4, 40.0),
+    ]
+
+
 def test_torn_last_line_is_skipped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo')
     assert read_metrics(tmp_path) == [{"step": 1, "loss": 1.0}]
