@@ -11,7 +11,9 @@ one, on the GPU, and checks that each algorithm gives the same digests on both d
 ``fold`` on the CPU is slow (it is meant for GPU tensors), so it is timed there on the first
 ``--cpu-fold-mb`` of tensors only. Ends with
 ``RESULT device=… xxh3_gb_per_s=… fold_gb_per_s=… bytes=… same_digests=1|0``
-for the fastest device present.
+for the last device of ``--devices`` that is present (the GPU, by default, where there is one).
+``same_digests`` compares every device's digests with the CPU's, so it is 0 when ``cpu`` is not
+among the devices.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rounds import count  # noqa: E402
 
 from actors.weights.checksum import tensor_checksum  # noqa: E402
 
@@ -51,19 +55,35 @@ def timed(tensors: list[torch.Tensor], algorithm: str, repeats: int) -> tuple[fl
     return statistics.median(best), digests
 
 
+def devices_present(text: str, cuda: bool) -> list[str]:
+    """The devices of ``--devices`` to time: ``cuda`` only where there is a GPU. An unknown
+    name, or a list left empty, is an ``argparse`` error (a usage line, not a traceback)."""
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    unknown = [d for d in names if d not in ("cpu", "cuda")]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give cpu, cuda or cpu,cuda")
+    present = [d for d in names if d != "cuda" or cuda]
+    if not present:
+        raise argparse.ArgumentTypeError(f"{text!r}: no CUDA GPU is visible; add cpu")
+    return present
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=count(1), default=3)
     ap.add_argument("--devices", default="cpu,cuda", help="comma-separated; cuda if present")
     ap.add_argument("--cpu-fold-mb", type=float, default=64)
     args = ap.parse_args()
+    try:
+        devices = devices_present(args.devices, torch.cuda.is_available())
+    except argparse.ArgumentTypeError as e:
+        ap.error(f"--devices {e}")
     g = torch.Generator().manual_seed(0)
     dtype = getattr(torch, args.dtype)
     host = [torch.randn(s, generator=g).to(dtype) for s in shapes()]
     nbytes = sum(t.numel() * t.element_size() for t in host)
     print(f"INFO {len(host)} tensors, {nbytes / 1e6:.0f} MB of {args.dtype}")
-    devices = [d for d in args.devices.split(",") if d != "cuda" or torch.cuda.is_available()]
     digests: dict[tuple[str, str], list[str]] = {}
     result = None
     for device in devices:

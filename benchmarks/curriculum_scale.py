@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import numpy as np
+from rounds import count
 
 from rlcs.config import CurriculumConfig
 from rlcs.curriculum import Curriculum
@@ -180,10 +181,10 @@ def simulate(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=10_000_000)
-    parser.add_argument("--rounds", type=int, default=1000, help="next_batch calls to time")
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--subcategories", type=int, default=0, metavar="K")
+    parser.add_argument("--items", type=count(1), default=10_000_000)
+    parser.add_argument("--rounds", type=count(1), default=1000, help="next_batch calls to time")
+    parser.add_argument("--seeds", type=count(1), default=5)
+    parser.add_argument("--subcategories", type=count(0), default=0, metavar="K")
     args = parser.parse_args()
     result = scale(args.items, args.rounds, group=8, subcategories=args.subcategories)
     gc.collect()

@@ -46,11 +46,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rounds import count
+
 if TYPE_CHECKING:
     from rlcs.config import Config
 
 POLICIES = ("rlcs", "uniform", "dapo_filter")
 SHORT = {"rlcs": "rlcs", "uniform": "uniform", "dapo_filter": "dapo"}
+
+
+def missing_from_base(base: Path) -> Path | None:
+    """The first file that a finished demo run directory holds and ``base`` lacks, or None."""
+    needed = [base / "sft" / "hf" / "config.json"]
+    needed += [base / "data" / f"{s}.jsonl" for s in ("rl_train", "heldout", "sft", "pretrain")]
+    return next((p for p in needed if not p.is_file()), None)
 
 
 def prepare_base(config: Path, base: Path) -> tuple[Path, dict[str, Path]]:
@@ -218,10 +227,10 @@ def main() -> None:
     ap.add_argument("--base", type=Path, default=None,
                     help="a demo run directory (data/ and sft/hf/) to start from")  # fmt: skip
     ap.add_argument("--root", type=Path, default=Path("runs/curriculum-vs-uniform"))
-    ap.add_argument("--iterations", type=int, default=36)
-    ap.add_argument("--eval-every", type=int, default=6)
+    ap.add_argument("--iterations", type=count(1), default=36)
+    ap.add_argument("--eval-every", type=count(1), default=6)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--grade", type=int, default=0, metavar="K",
+    ap.add_argument("--grade", type=count(0), default=0, metavar="K",
                     help="grade the RL items by K answers of the SFT checkpoint first (0: no)")  # fmt: skip
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--set", dest="overrides", action="append", default=[],
@@ -229,6 +238,14 @@ def main() -> None:
     args = ap.parse_args()
     if "uniform" not in args.policies:
         ap.error("the target is uniform's final pass rate: keep 'uniform' among the policies")
+    if args.eval_every > args.iterations:
+        ap.error(f"--eval-every {args.eval_every} is over --iterations {args.iterations}: "
+                 "no RL iteration would be evaluated")  # fmt: skip
+    if args.base is not None and (missing := missing_from_base(args.base)):
+        # building a base there instead would train into another run's directory
+        raise SystemExit(f"error: --base {args.base} is not a finished demo run directory (no "
+                         f"{missing}); run `rlcs demo --run-dir DIR` first, or leave --base out "
+                         "to build one under --root")  # fmt: skip
 
     t0 = time.perf_counter()
     root = args.root.resolve()

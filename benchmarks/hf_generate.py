@@ -39,29 +39,48 @@ def parse_variants(text: str) -> list[tuple[int, bool]]:
     return out
 
 
+def check_inputs(model: Path, items: Path) -> None:
+    """A one-line error, before any model loads, when ``--model`` or ``--items`` is missing."""
+    if not (model / "config.json").is_file():
+        raise SystemExit(f"--model {model}: no config.json there; give an exported HF model "
+                         "directory, e.g. runs/demo/sft/hf")  # fmt: skip
+    if not items.is_file():
+        raise SystemExit(f"--items {items}: no such file; give an RL item file, "
+                         "e.g. runs/demo/data/rl_train.jsonl")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="an exported HF model directory")
     ap.add_argument("--items", type=Path, required=True, help="an RL item file (.jsonl)")
     ap.add_argument("--config", default="configs/tiny-vlm.yaml")
-    ap.add_argument("--prompts", type=int, default=96, help="items (the demo rolls out up to 96)")
+    ap.add_argument(
+        "--prompts", type=count(1), default=96, help="items (the demo rolls out up to 96)"
+    )
     ap.add_argument("--variants", default="64:plain,64:shared", help="BATCH:shared|plain, ...")
     ap.add_argument("--rounds", type=count(1), default=3)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (the demo's worker: 2)")
+    ap.add_argument(
+        "--threads", type=count(1), default=2, help="torch threads (the demo's worker: 2)"
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    variants = parse_variants(args.variants)
+    check_inputs(args.model, args.items)
 
     import torch
 
     from actors.rollout import RolloutWorkerImpl
     from rlcs.config import load_config
-    from rlcs.data import load_items
+    from rlcs.config_text import ConfigError
+    from rlcs.data import DatasetError, load_items
 
     torch.set_num_threads(args.threads)
-    cfg = load_config(args.config, args.overrides)
-    pool = load_items(args.items, check_images=False)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        pool = load_items(args.items, check_images=False)
+    except (ConfigError, DatasetError) as e:
+        raise SystemExit(str(e)) from e
     items = random.Random(0).sample(pool, min(args.prompts, len(pool)))
-    variants = parse_variants(args.variants)
     names = [f"{bs}:{'shared' if share else 'plain'}" for bs, share in variants]
     workers = [
         RolloutWorkerImpl(

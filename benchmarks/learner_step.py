@@ -4,10 +4,13 @@ The model is a Llama built from config (no hub), >= 20M parameters. Both sides g
 documents: the bare loop receives them already packed and collated (so it pays nothing for
 packing), runs forward, weighted cross-entropy, backward, ``clip_grad_norm_`` and
 ``AdamW.step``. Ours runs ``Learner.train_step`` (packing, DeepSpeed engine, ZeRO stage).
-Steps alternate ours/bare so both see the same CPU contention. The RESULT line gives the
-median wall-clock step of each side; the line above it gives every step, the ratio of the
-fastest steps, and the median process CPU time of each side, which a shared machine disturbs
-far less than wall-clock time.
+Steps alternate ours/bare so both see the same CPU contention, after one untimed warm-up step
+of each. Per ZeRO stage, a ``zero=`` line gives every step, the ratio of the fastest steps,
+and the median process CPU time of each side, which a shared machine disturbs far less than
+wall-clock time; a ``stage`` line gives the median wall-clock step of each side.
+
+Ends with one line, ``RESULT params=… ours_step_s=… bare_step_s=… ratio=… zero_stage=…``,
+whose values list the stages in ``--stages`` order, comma-separated (ratio: ours over bare).
 
 Also prints tokens/s for each stage (pretrain, SFT, RL incl. the old-logprob pass).
 
@@ -30,6 +33,8 @@ from pathlib import Path
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rounds import count  # noqa: E402
 
 MODEL = dict(
     hidden_size=512,
@@ -151,13 +156,36 @@ def stage_throughput(learner, steps: int) -> dict[str, float]:
     return out
 
 
+def zero_stages(text: str) -> list[int]:
+    """An argparse ``type`` for ``--stages``: ZeRO stages 0 to 3, comma-separated."""
+    try:
+        stages = [int(z) for z in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give ZeRO stages, e.g. 0,1,2") from None
+    if any(z not in (0, 1, 2, 3) for z in stages):
+        raise argparse.ArgumentTypeError(f"{text!r}: a ZeRO stage is 0, 1, 2 or 3")
+    return stages
+
+
+def result_line(results: list[tuple[int, float, float, int]]) -> str:
+    """The one closing line: (params, ours_s, bare_s, zero stage) of each stage, in order."""
+    params = {p for p, _, _, _ in results}
+    return (
+        f"RESULT params={','.join(str(p) for p in sorted(params))} "
+        f"ours_step_s={','.join(f'{o:.4f}' for _, o, _, _ in results)} "
+        f"bare_step_s={','.join(f'{b:.4f}' for _, _, b, _ in results)} "
+        f"ratio={','.join(f'{o / b:.3f}' for _, o, b, _ in results)} "
+        f"zero_stage={','.join(str(z) for _, _, _, z in results)}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--stages", default="0,1,2")
-    ap.add_argument("--docs", type=int, default=8)
-    ap.add_argument("--doc-len", type=int, default=128)
-    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--steps", type=count(1), default=5)
+    ap.add_argument("--stages", type=zero_stages, default="0,1,2")
+    ap.add_argument("--docs", type=count(1), default=8)
+    ap.add_argument("--doc-len", type=count(1), default=128)
+    ap.add_argument("--seq-len", type=count(1), default=512)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -172,7 +200,7 @@ def main() -> None:
     tokens = args.docs * args.doc_len
     results = []
     throughput = None
-    for zero in [int(z) for z in args.stages.split(",")]:
+    for zero in args.stages:
         micro = max(1, tokens // args.seq_len)
         cfg = config(model_dir, zero, args.seq_len, micro, args.device)
         learner = Learner.local(cfg, model_dir)
@@ -210,9 +238,9 @@ def main() -> None:
     print(f"batch tokens={tokens} seq_len={args.seq_len} threads={torch.get_num_threads()} "
           f"device={where}")  # fmt: skip
     for params, o, b, zero in results:
-        print(
-            f"RESULT params={params} ours_step_s={o:.4f} bare_step_s={b:.4f} ratio={o / b:.3f} zero_stage={zero}"
-        )
+        print(f"stage zero_stage={zero} params={params} ours_step_s={o:.4f} bare_step_s={b:.4f} "
+              f"ratio={o / b:.3f}")  # fmt: skip
+    print(result_line(results))
 
 
 if __name__ == "__main__":

@@ -29,14 +29,25 @@ from rounds import alternate, count  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def row_lengths(text: str) -> list[int]:
+    """An argparse ``type`` for ``--seq-lens``: distinct whole numbers of at least 1, comma
+    separated, the baseline first."""
+    parts = [p.strip() for p in text.split(",")]
+    lengths = [count(1)(p) for p in parts]  # a bad one stops with its own message
+    if len(set(lengths)) != len(lengths):
+        raise argparse.ArgumentTypeError(f"{text!r} names a row length twice")
+    return lengths
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=count(1), default=12, help="timed steps per row length")
     ap.add_argument("--warmup", type=count(0), default=2, help="untimed steps per row length first")
-    ap.add_argument("--seq-lens", default="2048,512,256", help="row lengths, the baseline first")
-    ap.add_argument("--batch", type=int, default=16, help="SFT examples per step (the demo's)")
+    ap.add_argument("--seq-lens", type=row_lengths, default="2048,512,256",
+                    help="row lengths, the baseline first")  # fmt: skip
+    ap.add_argument("--batch", type=count(1), default=16, help="SFT examples per step (the demo's)")
     args = ap.parse_args()
-    seq_lens = [int(x) for x in args.seq_lens.split(",")]
+    seq_lens = args.seq_lens
 
     import torch
 

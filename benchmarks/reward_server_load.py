@@ -28,6 +28,7 @@ import sys
 import time
 
 import httpx
+from rounds import count
 
 GLM = "<think>Working.</think><answer>The answer is <|begin_of_box|>{}<|end_of_box|>.</answer>"
 PATHOLOGICAL = [
@@ -101,11 +102,25 @@ def start_server(port: int, workers: int) -> subprocess.Popen:
     raise SystemExit("the reward server did not start within 60 s")
 
 
+async def capped(work, cap_s: float, phase: str):
+    """``work`` within ``cap_s`` seconds, or a one-line error: a phase cut short would leave out
+    its slowest requests, and the figures with them."""
+    try:
+        return await asyncio.wait_for(work, cap_s)
+    except TimeoutError:
+        raise SystemExit(
+            f"the {phase} phase did not finish within --cap-s {cap_s:g} s; raise --cap-s or send "
+            "fewer requests (--batches, --requests-per-client)"
+        ) from None
+
+
 async def batch_phase(
     base: str, items: list[dict], clients: int, batches: int, cap_s: float
-) -> float:
+) -> tuple[float, int]:
+    """Items per second through ``/v1/score/batch``, and the items sent."""
     size = 256
     queue = [items[(i * size) % len(items) :][:size] or items[:size] for i in range(batches)]
+    sent = sum(len(b) for b in queue)
     done = 0
 
     async def client(c: httpx.AsyncClient) -> None:
@@ -118,8 +133,8 @@ async def batch_phase(
 
     start = time.perf_counter()
     async with httpx.AsyncClient(timeout=60) as c:
-        await asyncio.wait_for(asyncio.gather(*(client(c) for _ in range(clients))), cap_s)
-    return done / (time.perf_counter() - start)
+        await capped(asyncio.gather(*(client(c) for _ in range(clients))), cap_s, "batch")
+    return done / (time.perf_counter() - start), sent
 
 
 class RawClient:
@@ -193,22 +208,49 @@ async def single_phase(
         finally:
             await c.close()
 
-    await asyncio.wait_for(asyncio.gather(*(client(p) for p in plan)), cap_s)
+    phase = "pathological" if bad_share else "clean"
+    await capped(asyncio.gather(*(client(p) for p in plan)), cap_s, phase)
     return latencies, bad_sent
 
 
 def pct(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1]
+
+
+def share(text: str) -> float:
+    """An argparse ``type`` for ``--pathological-share``: at least 0 and below 1, so that some
+    normal items are left to time."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value:g} is not in [0, 1)")
+    return value
+
+
+def counter_totals(metrics: str, name: str) -> dict[str, float]:
+    """Per domain, the value of the Prometheus counter ``name`` in a ``/metrics`` page."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line.rpartition(" ")
+            domain = labels.split('domain="', 1)[1].split('"', 1)[0]
+            out[domain] = out.get(domain, 0.0) + float(value)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--requests-per-client", type=int, default=40, help="per client and round")
-    ap.add_argument("--rounds", type=int, default=3, help="clean/pathological round pairs")
-    ap.add_argument("--batches", type=int, default=40)
-    ap.add_argument("--pathological-share", type=float, default=0.05)
+    ap.add_argument("--workers", type=count(1), default=os.cpu_count() or 1)
+    ap.add_argument("--clients", type=count(1), default=32)
+    ap.add_argument("--requests-per-client", type=count(1), default=40,
+                    help="per client and round")  # fmt: skip
+    ap.add_argument("--rounds", type=count(1), default=3, help="clean/pathological round pairs")
+    ap.add_argument("--batches", type=count(1), default=40)
+    ap.add_argument("--pathological-share", type=share, default=0.05)
     ap.add_argument("--cap-s", type=float, default=120.0, help="time cap per phase")
     args = ap.parse_args()
 
@@ -218,8 +260,9 @@ def main() -> None:
     proc = start_server(port, args.workers)
     try:
         httpx.post(base + "/v1/score/batch", json={"items": items}, timeout=120).raise_for_status()
-        rate = asyncio.run(batch_phase(base, items, 4, args.batches, args.cap_s))
-        print(f"batch: {args.batches} x 256 items, 4 clients: {rate:.0f} items/s", flush=True)
+        rate, sent = asyncio.run(batch_phase(base, items, 4, args.batches, args.cap_s))
+        print(f"batch: {args.batches} batches, {sent} items, 4 clients: {rate:.0f} items/s",
+              flush=True)  # fmt: skip
         # Clean and pathological rounds alternate, so drift in the machine's load hits both.
         clean: list[float] = []
         mixed: list[float] = []
@@ -257,6 +300,11 @@ def main() -> None:
             line for line in metrics.splitlines() if line.startswith("rlcs_reward_errors_total")
         ]
         print("server error counters: " + "; ".join(errors), flush=True)
+        # the warm-up pass leaves every math and chart item of the pool in the server's cache
+        hits = counter_totals(metrics, "rlcs_reward_cache_hits_total")
+        scored = counter_totals(metrics, "rlcs_reward_items_total")
+        print("answered from the cache (warm-up included): " + ", ".join(
+            f"{d} {hits.get(d, 0):.0f}/{n:.0f}" for d, n in sorted(scored.items())), flush=True)  # fmt: skip
     finally:
         proc.terminate()
         try:

@@ -17,6 +17,8 @@ import os
 import random
 import time
 
+from rounds import count
+
 GLM = "<think>Working.</think><answer>The answer is <|begin_of_box|>{}<|end_of_box|>.</answer>"
 
 
@@ -163,10 +165,10 @@ def run_mathverify(pairs: list[tuple[str, str]]) -> list[bool]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=200, help="math prompts (x group = items)")
-    ap.add_argument("--group", type=int, default=8, help="rollouts per math prompt")
-    ap.add_argument("--fast-items", type=int, default=40_000, help="items per fast domain")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--prompts", type=count(1), default=200, help="math prompts (x group = items)")
+    ap.add_argument("--group", type=count(1), default=8, help="rollouts per math prompt")
+    ap.add_argument("--fast-items", type=count(1), default=40_000, help="items per fast domain")
+    ap.add_argument("--workers", type=count(1), default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 

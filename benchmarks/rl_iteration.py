@@ -14,11 +14,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from rounds import count
+
 from cluster.ray_connect import connect_ray
 from cluster.rl_iteration import PHASES, run_iteration
 from cluster.roles import start_roles
 from cluster.stage_data import load_stage_data, resolve_model
 from rlcs.config import load_config
+from rlcs.config_text import ConfigError
 
 
 def main() -> None:
@@ -26,12 +29,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--config", default="configs/tiny-text.yaml")
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=count(1), default=5)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="rlcs-bench-")
-    cfg = load_config(args.config, [*args.overrides, f"run.root={root}", "run.name=bench"])
+    try:
+        cfg = load_config(args.config, [*args.overrides, f"run.root={root}", "run.name=bench"])
+    except ConfigError as e:
+        raise SystemExit(str(e)) from e
     run_dir = Path(root) / "bench"
     connect_ray(cfg)
     data = load_stage_data(cfg, run_dir)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import ray
+from rounds import count
 
 
 @ray.remote(num_cpus=1)
@@ -101,10 +102,10 @@ def measure(worker, bare, cfg, its, tokenizer, rounds, bare_tokens):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", help="HF model directory (default: build the tiny text model)")
-    ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=count(1), default=64)
+    ap.add_argument("--n", type=count(1), default=4)
+    ap.add_argument("--tokens", type=count(1), default=128)
+    ap.add_argument("--rounds", type=count(1), default=3)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.05)
     ap.add_argument("--skip-think", action="store_true", help="skip the force-answering INFO run")
     args = ap.parse_args()

@@ -81,7 +81,7 @@ def run_arguments(description: str, set_help: str) -> argparse.ArgumentParser:
     ``old_logprobs.py``'s and ``cpu_bf16.py``'s)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--run", type=Path, required=True, help="an RL run's directory")
-    ap.add_argument("--groups", type=int, default=48)
+    ap.add_argument("--groups", type=count(1), default=48)
     ap.add_argument("--steps", type=count(1), default=5, help="timed steps of each variant")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help=set_help)
     return ap

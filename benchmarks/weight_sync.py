@@ -21,7 +21,8 @@ layout); ``nccl`` puts the engine on a GPU of its own, so it needs two. The HF e
 NCCL broadcast, so ``nccl`` skips the tiny VLM.
 
 Ends with ``RESULT params=… seconds=… gb_per_s=… checksum_ok=1|0`` for the large model
-(median push over ``--repeats``, after one warm-up push).
+(median push over ``--repeats``, after one warm-up push). ``checksum_ok`` is 1 only when every
+timed push's checksums matched and the engine's greedy tokens equal transformers'.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from rounds import count
 
 LARGE = dict(
     hidden_size=1024,
@@ -104,7 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--transport", default="shm", choices=["shm", "cpu_bytes", *GPU_TRANSPORTS])
     ap.add_argument("--bucket-mb", type=float, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=count(1), default=3)
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument(
         "--cpu-allocator",

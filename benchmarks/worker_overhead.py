@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import ray.cloudpickle as cloudpickle
+from rounds import count
 
 from actors.rollout.engine import GenRequest, GenResult
 
@@ -53,10 +54,10 @@ class StubEngine:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--prompts", type=count(1), default=64)
+    ap.add_argument("--n", type=count(1), default=4)
+    ap.add_argument("--tokens", type=count(1), default=128)
+    ap.add_argument("--rounds", type=count(1), default=5)
     args = ap.parse_args()
 
     from actors.rollout.worker import RolloutWorkerImpl
