@@ -13,12 +13,13 @@ less by other processes) and what it returned.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from rewards.argtypes import int_at_least
 
 
 @dataclass
@@ -72,15 +73,6 @@ def alternate(
 
 def count(least: int) -> Callable[[str], int]:
     """An argparse ``type`` for a number of rounds or steps: an integer of at least ``least``,
-    so that a bad ``--steps`` stops with a usage error before any model is loaded."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{value} is below the least allowed, {least}")
-        return value
-
-    return parse
+    so that a bad ``--steps`` stops with a usage error before any model is loaded (the
+    ``rlcs`` command's own check, ``rewards.argtypes.int_at_least``)."""
+    return int_at_least(least)

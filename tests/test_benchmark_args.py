@@ -82,7 +82,7 @@ def test_checksum_devices_refuse_unknown_names_and_a_missing_gpu(load):
 def test_packing_row_lengths_are_whole_distinct_and_positive(load):
     pk = load("packing_row_length")
     assert pk.row_lengths("2048, 512,256") == [2048, 512, 256]
-    for bad, message in (("2048,abc", "not a whole number"), ("512,0", "below the least"),
+    for bad, message in (("2048,abc", "not an integer: 'abc'"), ("512,0", "must be at least 1, got 0"),
                          ("512,512", "names a row length twice")):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             pk.row_lengths(bad)
@@ -156,14 +156,14 @@ def test_curriculum_vs_uniform_refuses_a_base_that_is_not_a_finished_demo(load, 
 @pytest.mark.parametrize(
     ("script", "args", "message"),
     [
-        ("curriculum_scale", ["--seeds", "0"], "--seeds: 0 is below the least allowed, 1"),
-        ("curriculum_scale", ["--rounds", "0"], "--rounds: 0 is below the least allowed, 1"),
-        ("reward_server_load", ["--clients", "0"], "--clients: 0 is below the least allowed"),
+        ("curriculum_scale", ["--seeds", "0"], "--seeds: must be at least 1, got 0"),
+        ("curriculum_scale", ["--rounds", "0"], "--rounds: must be at least 1, got 0"),
+        ("reward_server_load", ["--clients", "0"], "--clients: must be at least 1, got 0"),
         ("reward_server_load", ["--pathological-share", "1"], "is not in [0, 1)"),
-        ("weight_sync", ["--repeats", "0"], "--repeats: 0 is below the least allowed, 1"),
+        ("weight_sync", ["--repeats", "0"], "--repeats: must be at least 1, got 0"),
         ("learner_step", ["--stages", "0,4"], "a ZeRO stage is 0, 1, 2 or 3"),
-        ("packing_row_length", ["--seq-lens", "2048,x"], "'x' is not a whole number"),
-        ("rewards_throughput", ["--workers", "0"], "--workers: 0 is below the least allowed"),
+        ("packing_row_length", ["--seq-lens", "2048,x"], "not an integer: 'x'"),
+        ("rewards_throughput", ["--workers", "0"], "--workers: must be at least 1, got 0"),
     ],
 )
 def test_a_bad_count_is_a_usage_error(script, args, message):

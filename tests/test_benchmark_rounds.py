@@ -78,7 +78,7 @@ def test_a_round_count_below_its_least_is_a_usage_error(rounds):
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=rounds.count(1))
     assert ap.parse_args(["--steps", "3"]).steps == 3
-    for bad, message in (("0", "below the least allowed, 1"), ("two", "not a whole number")):
+    for bad, message in (("0", "must be at least 1, got 0"), ("two", "not an integer: 'two'")):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             rounds.count(1)(bad)
     with pytest.raises(SystemExit):
