@@ -233,12 +233,14 @@ def share(text: str) -> float:
 
 def counter_totals(metrics: str, name: str) -> dict[str, float]:
     """Per domain, the value of the Prometheus counter ``name`` in a ``/metrics`` page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith(name + "{"):
-            labels, _, value = line.rpartition(" ")
-            domain = labels.split('domain="', 1)[1].split('"', 1)[0]
-            out[domain] = out.get(domain, 0.0) + float(value)
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == name and "domain" in sample.labels:
+                domain = sample.labels["domain"]
+                out[domain] = out.get(domain, 0.0) + sample.value
     return out
 
 
