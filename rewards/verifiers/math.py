@@ -364,13 +364,7 @@ _BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 def _encloses(s: str) -> bool:
     """Whether the bracket that opens ``s`` is the one that closes it (``(1, 2)``, not
     ``(1) + (2)``)."""
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        if depth == 0:
-            return i == len(s) - 1
-    return False
+    return mp.closing_bracket(s, 0) == len(s) - 1
 
 
 def drop_angle_names(s: str) -> str:

@@ -153,7 +153,7 @@ def trig_degrees(s: str) -> str:
         while at < len(s) and s[at].isspace():
             at += 1
         if at < len(s) and s[at] in "({":
-            close = _closing(s, at)
+            close = closing_bracket(s, at)
             if close is None:
                 break
             out.append(s[at] + _DEGREE_NUMBER.sub(_in_radians, s[at + 1 : close]) + s[close])
@@ -169,7 +169,7 @@ def _in_radians(m: re.Match) -> str:
     return f"\\frac{{{m.group(1).replace(' ', '')}\\pi}}{{180}}"
 
 
-def _closing(s: str, start: int) -> int | None:
+def closing_bracket(s: str, start: int) -> int | None:
     """Where the bracket that opens at ``start`` closes (brackets of any kind counted)."""
     depth = 0
     for i in range(start, len(s)):
