@@ -22,7 +22,7 @@ from rewards.base import is_unscorable
 from rlcs.config import RolloutConfig
 from rlcs.data import Item
 from rlcs.images import inline_images
-from rlcs.vlm_processor import is_vision_model
+from rlcs.vlm_processor import takes_images
 
 
 def figures(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -229,11 +229,8 @@ def images_problem(model_path: str | Path, items: Sequence[Item]) -> str | None:
     text-only (no vision tower), which its engine would refuse only once it is started; or
     None."""
     first = next((it for it in items if it.images), None)
-    try:
-        text_only = first is not None and not is_vision_model(model_path)
-    except (OSError, ValueError):  # no readable config.json: the engine says what is wrong
-        return None
-    if not text_only:
+    # no readable config.json (None): the engine says what is wrong
+    if first is None or takes_images(model_path) is not False:
         return None
     return (
         f"item {first.id!r} has images, but {model_path} is a text-only model (no vision tower), "

@@ -30,7 +30,7 @@ from rlcs.data import (
     read_rows,
 )
 from rlcs.images import ImageCheck, decode_image, file_exists
-from rlcs.vlm_processor import IMAGE_TOKEN, is_vision_model
+from rlcs.vlm_processor import IMAGE_TOKEN, takes_images
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,7 @@ def model_takes_images(cfg: Config) -> bool | None:
     ``model.path`` by its config.json; None where that file cannot be read (yet)."""
     if cfg.model.path is None:
         return cfg.model.tiny != "text"
-    try:
-        return is_vision_model(cfg.model.path)
-    except (OSError, ValueError):  # no config.json, or not JSON: model_dir_problem says so
-        return None
+    return takes_images(cfg.model.path)  # None: model_dir_problem says what is wrong
 
 
 def _model_name(cfg: Config) -> str:

@@ -164,6 +164,16 @@ def is_vision_model(path: str | Path) -> bool:
     return "vision_config" in cfg
 
 
+def takes_images(path: str | Path) -> bool | None:
+    """Whether the model directory's model has a vision tower, or None where its config.json
+    cannot be read (missing, or not JSON): for checks that leave that problem to the one that
+    loads the model."""
+    try:
+        return is_vision_model(path)
+    except (OSError, ValueError):
+        return None
+
+
 def processor_config_problem(path: str | Path) -> str | None:
     """Why a model directory lacks what its processor is read from, or None: a vision model
     needs this project's processor files or a published checkpoint's preprocessor_config.json.
