@@ -1,7 +1,8 @@
 """Reading a dataset's images: paths relative to the dataset file, or base64 (standard or
 URL-safe, padded or not, bare or as ``data:image/...;base64,`` URLs), decoded to RGB for the
-model (turned upright as their EXIF orientation says, transparent parts on white, as an image
-viewer shows them), or checked at load as ``data.image_check`` says.
+model (turned upright as their EXIF orientation says, transparent parts on white, 16-bit grey
+scaled to 8 bits, as an image viewer shows them), or checked at load as ``data.image_check``
+says.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
 
+import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ def decode_image(ref: str, base_dir: Path) -> Image.Image:
     The image comes back as it is displayed: a photo whose EXIF orientation says it was taken
     sideways is turned upright, and transparent pixels are laid on white rather than losing
     their alpha (a transparent PNG's background is often stored black, as its text may be).
-    A model served later reads image files the same way, so training sees what it will see.
+    16- and 32-bit grey images (a 16-bit PNG's) are scaled to 8 bits (``_grey_to_8_bits``)
+    rather than clipped at 255, which turns nearly all of such an image white. A model served
+    later reads image files the same way, so training sees what it will see.
     """
     source = _image_source(ref, base_dir)
     if isinstance(source, Path):
@@ -50,12 +54,41 @@ def _to_rgb(img: Image.Image) -> Image.Image:
             img = ImageOps.exif_transpose(img)
     except Exception:  # a damaged EXIF block: keep the pixels as stored
         pass
+    if img.mode in _WIDE_GREY:
+        img = _grey_to_8_bits(img)
     if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
         rgba = img.convert("RGBA")
         flat = Image.new("RGB", rgba.size, (255, 255, 255))
         flat.paste(rgba, mask=rgba.getchannel("A"))
         return flat
     return img.convert("RGB")
+
+
+#: Grey modes of more than 8 bits, which PIL's own conversion to RGB clips at 255
+_WIDE_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def _grey_to_8_bits(img: Image.Image) -> Image.Image:
+    """A 16- or 32-bit grey image as 8-bit grey ("L"; "LA" where a grey value is marked
+    transparent, as a PNG's tRNS does).
+
+    16-bit values keep their high byte (0..65535 -> 0..255, ``>> 8``). Mode ``I`` (32-bit
+    integers) is read the same way while its values lie in 0..65535: that is what it holds
+    when it comes from a 16-bit file (Pillow gives some, such as 16-bit PNGs in older versions,
+    as ``I``). Values beyond that range have no white to scale to: the image is stretched from
+    its own minimum (0) to its maximum (255), and one flat value comes out 0."""
+    values = np.asarray(img).astype(np.int64)
+    lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
+    if img.mode != "I" or (lo >= 0 and hi <= 0xFFFF):
+        grey = values >> 8
+    else:
+        grey = (values - lo) * 255 // max(hi - lo, 1)
+    out = Image.fromarray(grey.astype(np.uint8))
+    key = img.info.get("transparency")
+    if isinstance(key, int):
+        alpha = np.where(values == key, 0, 255).astype(np.uint8)
+        return Image.merge("LA", (out, Image.fromarray(alpha)))
+    return out
 
 
 #: how ``check_image`` checks an image at load: its pixels, its header only, or not at all

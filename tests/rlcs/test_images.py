@@ -7,6 +7,8 @@ import base64
 import io
 from pathlib import Path
 
+import numpy as np
+import pytest
 from PIL import Image
 
 from rlcs.images import check_image, decode_image
@@ -69,6 +71,50 @@ def test_grey_alpha_palette_and_colour_key_transparency_are_laid_on_white():
     assert decode_image(_b64(Image.new("L", (8, 8), 77)), Path("/")).getpixel((0, 0)) == (77,) * 3
     palette.putpixel((1, 1), 1)
     assert decode_image(_b64(palette), Path("/")).getpixel((1, 1)) == (255, 0, 0)
+
+
+#: 0, 257, ..., 65535: the 16-bit values whose high bytes are 0, 1, ..., 255
+GRADIENT_16 = (np.arange(256, dtype=np.uint16) * 257).reshape(16, 16)
+
+
+def _grey(out: Image.Image) -> np.ndarray:
+    """The grey level of each pixel of an RGB image whose three channels are equal."""
+    rgb = np.asarray(out)
+    assert out.mode == "RGB" and (rgb == rgb[..., :1]).all()
+    return rgb[..., 0]
+
+
+def test_a_16_bit_grey_png_is_scaled_to_8_bits_not_clipped_white(tmp_path: Path):
+    """PIL's own conversion clips every value over 255: all but the darkest 1/256 of a 16-bit
+    gradient came out white (255)."""
+    Image.fromarray(GRADIENT_16).save(tmp_path / "depth.png")
+    assert Image.open(tmp_path / "depth.png").mode == "I;16"
+    out = decode_image("depth.png", tmp_path)
+    assert _grey(out).tolist() == np.arange(256).reshape(16, 16).tolist()
+    check_image("depth.png", tmp_path, "decode")
+
+
+@pytest.mark.parametrize("mode", ["I;16B", "I;16L", "I"])
+def test_other_16_bit_grey_modes_are_scaled_the_same(mode):
+    """Big- and little-endian 16-bit grey, and 32-bit grey holding 16-bit values (what Pillow
+    gives some 16-bit files as), in TIFF files."""
+    dtype = {"I;16B": ">u2", "I;16L": "<u2", "I": "<i4"}[mode]
+    img = Image.frombytes(mode, (16, 16), GRADIENT_16.astype(dtype).tobytes())
+    out = decode_image(_b64(img, "TIFF"), Path("/"))
+    assert _grey(out).tolist() == np.arange(256).reshape(16, 16).tolist()
+
+
+def test_32_bit_grey_beyond_16_bits_is_stretched_over_its_own_range():
+    values = np.array([[-(2**20), 0, 2**20]], dtype="<i4")
+    img = Image.frombytes("I", (3, 1), values.tobytes())
+    assert _grey(decode_image(_b64(img, "TIFF"), Path("/"))).tolist() == [[0, 127, 255]]
+
+
+def test_a_16_bit_grey_pngs_transparent_value_is_laid_on_white():
+    values = GRADIENT_16.copy()
+    values[0, 0] = 1000  # the transparent grey value; 1000 >> 8 is 3, as is pixel (3, 0)
+    out = _grey(decode_image(_b64(Image.fromarray(values), transparency=1000), Path("/")))
+    assert out[0, 0] == 255 and out[0, 3] == 3 and out[15, 15] == 255 and out[0, 1] == 1
 
 
 def _jpeg(img: Image.Image, exif: bytes) -> bytes:
