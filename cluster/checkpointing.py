@@ -30,6 +30,16 @@ def saved_steps(run_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for p in root.iterdir() if (m := _TAG.match(p.name)))
 
 
+def committed_step(run_dir: Path) -> int:
+    """The step of the checkpoint the learner's ``latest`` pointer names, where pretraining
+    and SFT resume; 0 when there is none."""
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.is_file():
+        return 0
+    m = _TAG.match(latest.read_text().strip())
+    return int(m.group(1)) if m else 0
+
+
 def tag_of(step: int) -> str:
     return f"step_{step:08d}"
 
@@ -60,11 +70,7 @@ class Checkpointer:
                 return 0
             step = int(meta["iteration"])
         else:
-            latest = self.root / "latest"
-            if not latest.is_file():
-                return 0
-            m = _TAG.match(latest.read_text().strip())
-            step = int(m.group(1)) if m else 0
+            step = committed_step(self.run_dir)
         if step and step not in self.steps():
             raise FileNotFoundError(
                 f"{self.root}: the curriculum is at step {step} but no learner checkpoint "

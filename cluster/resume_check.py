@@ -2,7 +2,7 @@
 
 A resumed run takes its settings from the config given now, and most of them may differ from
 the run's saved ``config.yaml`` (more iterations, another evaluation schedule, another
-learning rate): those are listed, so none changes unnoticed. Three kinds may not:
+learning rate): those are listed, so none changes unnoticed. These may not:
 
 - the **stage**: an SFT run resumed as RL would find no RL checkpoint, start at step 0, and
   replace the SFT run's metrics, checkpoints and exported model with its own;
@@ -12,13 +12,22 @@ learning rate): those are listed, so none changes unnoticed. Three kinds may not
   DeepSpeed's checkpoint loader does not convert;
 - once an RL run's sampler has saved its state, the **synthetic RL items** (what of
   ``data.synthetic`` decides them): ``RUN_DIR/data`` would be built again under the same item
-  ids, and the sampler's record of each id would then describe another item.
+  ids, and the sampler's record of each id would then describe another item;
+- once a pretraining or SFT run has committed a checkpoint, its **training examples**: the
+  checkpoint's step count, optimizer state and place in the examples' shuffled order describe
+  the data the run started with, and would go on over other data as if they described it. The
+  ``data.synthetic`` settings that decide the stage's split are compared here, before the data
+  is built again; the training files, with what the run recorded at its start
+  (``cluster.train_data_record``), once they are at hand (:func:`check_resume_examples`).
+
+There is no override: a run that is to go on over other data starts anew from the model this
+one has trained (the refusal says where it is).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +151,11 @@ def _diff(cfg: Config, run_dir: Path) -> tuple[dict, dict[str, tuple[Any, Any]]]
 def check_resume_settings(cfg: Config, run_dir: Path) -> None:
     """A ResumeConflict naming each setting of :data:`FIXED` that differs from the run's saved
     ``config.yaml``; once the RL sampler has saved its state, each change of the synthetic RL
-    items; once a learner checkpoint exists, each change of its layout."""
-    from cluster.checkpointing import saved_steps
+    items; once a pretraining or SFT run has committed a checkpoint, each change of the
+    synthetic examples it trains on; once a learner checkpoint exists, each change of its
+    layout."""
+    from cluster.checkpointing import committed_step, saved_steps
+    from cluster.stage_data import SPLIT_OF_STAGE
 
     saved, diff = _diff(cfg, run_dir)
     if bad := [k for k in diff if _fixed(k)]:
@@ -152,17 +164,26 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
             f"cannot change {', '.join(bad)} ({_listed({k: diff[k] for k in bad})}); resume it "
             "with its own settings, or start a new run (--set run.name=<new name>)"
         )
-    bad = _rl_items_changes(saved, cfg, diff) if cfg.stage == "rl" else {}
-    if bad and snapshot_meta(run_dir) is not None:  # before it, the sampler has no record
+    bad = _items_changes(saved, cfg, diff)
+    # before the sampler saves its state, or before a checkpoint, the run starts from step 0
+    if bad and cfg.stage == "rl" and snapshot_meta(run_dir) is not None:
         raise ResumeConflict(
             f"--resume: the curriculum of the run in {run_dir} keeps a record of each RL item "
             f"it has drawn (attempts, successes, tier) by the item's id, and {_listed(bad)} "
             "(saved -> asked) would build its data again under the same ids: an item would "
             "keep its id but not its content, so the record of that id would describe another "
             "item (and items added would never be drawn: the sampler keeps those it started "
-            "with; items dropped would be missing). Resume with the run's own data.synthetic settings, or start a new run on "
-            f"the new data from this run's model: {_start_from(run_dir)} --set "
-            "run.name=<new name>"
+            "with; items dropped would be missing). Resume with the run's own data.synthetic "
+            "settings, or " + _new_run_from(run_dir)
+        )
+    if bad and cfg.stage != "rl" and (step := committed_step(run_dir)):
+        raise ResumeConflict(
+            f"--resume: the {cfg.stage} run in {run_dir} has trained {step} steps on the "
+            f"{SPLIT_OF_STAGE[cfg.stage]} examples data.synthetic built, and {_listed(bad)} "
+            "(saved -> asked) would build others: the checkpoint's step count, optimizer state "
+            "and place in the examples' shuffled order describe the examples the run started "
+            "with, and would go on over the new ones as if they described them. Resume with the "
+            "run's own data.synthetic settings, or " + _new_run_from(run_dir)
         )
     steps = saved_steps(run_dir)
     if steps and (bad := [k for k in diff if _layout_change(k, *diff[k])]):
@@ -176,29 +197,33 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
         )  # fmt: skip
 
 
-#: Sizes of the synthetic splits an RL run's sampler does not draw from.
-_NOT_RL_SIZES = tuple(f"data.synthetic.sizes.{split}" for split in ("heldout", "sft", "pretrain"))
+def _items_changes(saved: dict, cfg: Config, diff: dict) -> dict[str, tuple[Any, Any]]:
+    """The changes of ``diff`` to ``data.synthetic`` that change the examples of the stage's
+    split it builds (their content, which there are, and for pretraining and SFT their order),
+    where both the saved config and ``cfg`` build them; the other splits' sizes change none of
+    them (each split is drawn from a seed of its own), and neither do settings that come to the
+    same examples (the split's default size given, a domain's range given as the common one)."""
+    from cluster.stage_data import SPLIT_OF_STAGE
+    from rlcs.tasks import SPLITS
 
-
-def _rl_items_changes(saved: dict, cfg: Config, diff: dict) -> dict[str, tuple[Any, Any]]:
-    """The changes of ``diff`` to ``data.synthetic`` that change the RL items it builds (their
-    content, or which there are), where both the saved config and ``cfg`` build them; the
-    held-out, SFT and pretraining sizes change none of them (each split is drawn from a seed of
-    its own), and neither do settings that come to the same items (the default rl_train size
-    given, a domain's range given as the common one)."""
     was = (saved.get("data") or {}).get("synthetic")
     now = cfg.data.synthetic
     if not isinstance(was, dict) or now is None:
-        return {}  # data.train files: check_resume_items compares the items themselves
-    if _rl_items_of(was) == _rl_items_of(now.model_dump(mode="json")):
+        # data.train files: check_resume_items and check_resume_examples compare the data
         return {}
+    split = SPLIT_OF_STAGE[cfg.stage]
+    if _items_of(was, split) == _items_of(now.model_dump(mode="json"), split):
+        return {}
+    others = tuple(f"data.synthetic.sizes.{s}" for s in SPLITS if s != split)
     return {k: v for k, v in diff.items()
-            if k.startswith("data.synthetic") and not k.startswith(_NOT_RL_SIZES)}  # fmt: skip
+            if k.startswith("data.synthetic") and not k.startswith(others)}  # fmt: skip
 
 
-def _rl_items_of(synthetic: dict) -> dict:
-    """What of a ``data.synthetic`` section decides the RL items it builds: the domains, the
-    number of each, the seed, and each domain's difficulty range and form (text or image)."""
+def _items_of(synthetic: dict, split: str) -> dict:
+    """What of a ``data.synthetic`` section decides the examples of ``split`` it builds: the
+    domains, the number of each, the seed, and each domain's difficulty range and form (text
+    or image). An RL item's id and content do not depend on the domains' order; a pretraining
+    or SFT example's place in its file, which the steps' shuffled order follows, does."""
     from pydantic import ValidationError
 
     from rlcs.config import SyntheticDataConfig
@@ -209,12 +234,20 @@ def _rl_items_of(synthetic: dict) -> dict:
     except ValidationError:  # a section saved under other rules: compared as written
         return synthetic
     return {
-        "domains": sorted(syn.domains),  # an item's id and content do not depend on the order
-        "rl_train": syn.sizes.get("rl_train", DEFAULT_SIZES["rl_train"]),
+        "domains": sorted(syn.domains) if split == "rl_train" else list(syn.domains),
+        "size": syn.sizes.get(split, DEFAULT_SIZES[split]),
         "seed": syn.seed,
         "text_only": syn.text_only,
         "difficulty": {d: list(syn.difficulty_of(d)) for d in syn.domains},
     }
+
+
+def _new_run_from(run_dir: Path) -> str:
+    """The end of a refusal of other data: how to train on it instead."""
+    return (
+        f"start a new run on the new data from this run's model: {_start_from(run_dir)} --set "
+        "run.name=<new name>"
+    )
 
 
 def _start_from(run_dir: Path) -> str:
@@ -300,6 +333,29 @@ def check_resume_items(run_dir: Path, item_ids: set[str]) -> None:
             f"of them are not in data.train now (e.g. {missing[:3]}); resume with the data "
             "the run started with (the files may have moved), or start a new run"
         )
+
+
+def check_resume_examples(cfg: Config, run_dir: Path, files: Sequence[Path]) -> None:
+    """A resumed pretraining or SFT run goes on from its checkpoint's step, optimizer state and
+    place in the examples' shuffled order: a ResumeConflict when ``files``, its training files
+    now, do not hold the bytes it recorded at its start (other files, or files whose content
+    changed). Nothing is compared before a checkpoint is committed (the run starts over from
+    step 0, on the data given now), nor for a run made before the record existed."""
+    from cluster.checkpointing import committed_step
+    from cluster.train_data_record import data_changes, fingerprint, recorded_train_data
+
+    step = committed_step(run_dir)
+    saved = recorded_train_data(run_dir) if step else None
+    if saved is None or not (changed := data_changes(saved, fingerprint(files))):
+        return
+    raise ResumeConflict(
+        f"--resume: the {cfg.stage} run in {run_dir} has trained {step} steps on other data than "
+        f"it is given now ({'; '.join(changed)}): the checkpoint's step count, optimizer state "
+        "and place in the examples' shuffled order describe the data the run started with, and "
+        "would go on over this data as if they described it. Resume with the data the run "
+        f"started with ({', '.join(f['path'] for f in saved)}; the files may move, their "
+        "content may not change), or " + _new_run_from(run_dir)
+    )
 
 
 def as_resumed(cfg: Config, run_dir: Path) -> Config:

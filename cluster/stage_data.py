@@ -41,6 +41,7 @@ SPLIT_OF_STAGE = {"rl": "rl_train", "pretrain": "pretrain", "sft": "sft"}
 class StageData:
     items: list[Item] = field(default_factory=list)  # rl
     rows: list[dict[str, Any]] = field(default_factory=list)  # pretrain / sft
+    files: list[Path] = field(default_factory=list)  # the files of the rows
     eval_items: list[Item] = field(default_factory=list)
 
     def by_id(self) -> dict[str, Item]:
@@ -327,7 +328,7 @@ def load_stage_data(cfg: Config, run_dir: Path) -> StageData:
         raise ValueError(images_for_text_model(cfg, f"{path}:{line}", f"this {cfg.stage} row"))
     # else opened at its step, far into the run, unnamed; checked after every cheaper check
     check_row_images(with_images, images)
-    return StageData(rows=rows)
+    return StageData(rows=rows, files=train)
 
 
 def _read_rows(

@@ -28,6 +28,7 @@ from cluster.placement import PlacementError
 from cluster.ray_connect import check_ray_address, connect_ray
 from cluster.resume_check import (
     as_resumed,
+    check_resume_examples,
     check_resume_items,
     check_resume_settings,
     report_resume_changes,
@@ -43,6 +44,7 @@ from cluster.stage_data import (
     rollout_row_problem,
     supervised_batch,
 )
+from cluster.train_data_record import TRAIN_DATA_FILE, record_train_data, recorded_train_data
 from cluster.wall_budget import WallBudget
 from rlcs.config import Config, ConfigError, load_config
 from rlcs.data import make_writable_dir
@@ -92,6 +94,8 @@ def _run(
     if resume:
         if cfg.stage == "rl":
             check_resume_items(run_dir, {it.id for it in data.items})
+        else:
+            check_resume_examples(cfg, run_dir, data.files)
         report_resume_changes(cfg, run_dir)
         cfg = as_resumed(cfg, run_dir)  # config.yaml records what the sampler keeps
     # a tiny model is built while Ray starts: on two cores each takes several seconds
@@ -103,6 +107,8 @@ def _run(
         write_resolved(cfg, run_dir)
     ckpt = Checkpointer(run_dir, cfg)
     start = ckpt.resume_point() if resume else 0
+    if cfg.stage != "rl" and (not start or recorded_train_data(run_dir) is None):
+        record_train_data(run_dir, data.files)  # what its checkpoints will describe
     roles = start_roles(cfg, model_path, run_dir, data.items, resume=resume and start > 0)
     roles.group_filter = keep
     try:
@@ -389,7 +395,7 @@ def _claim(cfg: Config, run_dir: Path, resume: bool) -> Path:
 #: build checks its own settings (``cluster.stage_data.data_files``); a tiny ``model/`` is
 #: built again from the config, which may have changed.
 _BEFORE_FIRST_STEP = ("config.yaml", "checkpoints", "metrics.jsonl", "samples", "tensorboard",
-                      "curriculum", "model")  # fmt: skip
+                      "curriculum", "model", TRAIN_DATA_FILE)  # fmt: skip
 
 
 def _took_a_step(run_dir: Path) -> bool:

@@ -3,6 +3,7 @@ changes, before anything of the run is touched."""
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,176 @@ def test_a_saved_config_that_is_empty_or_no_config_stops_the_resume(tmp_path, te
         prepare_run_dir(cfg, resume=True)
     assert (cfg.run_dir / "config.yaml").read_text() == text
     assert (cfg.run_dir / "metrics.jsonl").read_text() == '{"step": 1, "stage": "sft"}\n'
+
+
+def sft_run_with_checkpoint(tmp_path: Path, *sets: str, files: int = 2):
+    """An SFT run on ``files`` data.train files, as it stands after committing step 2: the
+    record of its training data written at its start, the learner's ``latest`` pointer."""
+    from cluster.train_data_record import record_train_data
+
+    paths = []
+    for i in range(files):
+        path = tmp_path / "data" / f"part{i}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"prompt": f"{i}+1?", "response":
+                                    f"<think>add</think><answer>{i + 1}</answer>"}) + "\n")  # fmt: skip
+        paths.append(path)
+    train = f"data.train={json.dumps([str(p) for p in paths])}"
+    cfg = saved(tmp_path, [*SFT, "data.synthetic=null", train, *sets])
+    record_train_data(cfg.run_dir, paths)
+    (cfg.run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (cfg.run_dir / "checkpoints" / "latest").write_text("step_00000002")
+    return cfg, paths
+
+
+def test_a_resumed_sft_run_is_refused_training_files_whose_content_changed(tmp_path):
+    """The checkpoint's step count, optimizer state and place in the shuffled order describe
+    the examples the run started with: an edited data.train file went on from step 2 over
+    other examples, unsaid. Refused through the driver, before Ray or the roles start."""
+    from cluster.run_lock import LOCK_FILE
+    from cluster.train import train
+
+    cfg, (first, second) = sft_run_with_checkpoint(tmp_path)
+    before = (cfg.run_dir / "config.yaml").read_text()
+    size = second.stat().st_size
+    with second.open("a") as f:
+        f.write(
+            json.dumps({"prompt": "9+1?", "response": "<think>add</think><answer>10</answer>"})
+            + "\n"
+        )
+    with pytest.raises(ResumeConflict) as err:
+        train(cfg, resume=True)
+    assert str(err.value) == (
+        f"--resume: the sft run in {cfg.run_dir} has trained 2 steps on other data than it is "
+        f"given now ({second} changed ({size} -> {second.stat().st_size} bytes)): the "
+        "checkpoint's step count, optimizer state and place in the examples' shuffled order "
+        "describe the data the run started with, and would go on over this data as if they "
+        f"described it. Resume with the data the run started with ({first}, {second}; the files "
+        "may move, their content may not change), or start a new run on the new data from this "
+        f"run's model: finish this run with its own data settings (it exports its model to "
+        f"{cfg.run_dir / 'hf'}), then --set model.path={cfg.run_dir / 'hf'} --set "
+        "run.name=<new name>"
+    )
+    assert (cfg.run_dir / "config.yaml").read_text() == before
+    assert not (cfg.run_dir / LOCK_FILE).exists()
+
+
+def test_a_resumed_sft_run_may_move_its_files_but_not_add_or_leave_out_any(tmp_path):
+    from cluster.resume_check import check_resume_examples
+
+    cfg, (first, second) = sft_run_with_checkpoint(tmp_path)
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    for p in (first, second):
+        (moved / p.name).write_bytes(p.read_bytes())
+    check_resume_examples(cfg, cfg.run_dir, [moved / first.name, moved / second.name])
+    extra = tmp_path / "data" / "extra.jsonl"
+    extra.write_text(second.read_text().replace("1+1", "2+2"))
+    for files, what in (
+        ([first], f"({second} left out)"),
+        ([first, second, extra], f"({extra} added)"),
+        ([second, first], "(the same files in another order or number)"),
+    ):
+        with pytest.raises(
+            ResumeConflict, match=re.escape(f"steps on other data than it is given now {what}")
+        ):
+            check_resume_examples(cfg, cfg.run_dir, files)
+    # before its first checkpoint the run starts over, on the data given now; a run made
+    # before the record existed has nothing to compare with
+    (cfg.run_dir / "checkpoints" / "latest").unlink()
+    check_resume_examples(cfg, cfg.run_dir, [extra])
+    (cfg.run_dir / "checkpoints" / "latest").write_text("step_00000002")
+    (cfg.run_dir / "train_data.json").unlink()
+    check_resume_examples(cfg, cfg.run_dir, [extra])
+
+
+def synthetic_sft_run(tmp_path: Path, *sets: str):
+    cfg = saved(tmp_path, [*SFT, *sets])
+    (cfg.run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (cfg.run_dir / "checkpoints" / "latest").write_text("step_00000002")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "change, listed",
+    [
+        ("data.synthetic.seed=3", "data.synthetic.seed: 0 -> 3"),
+        ("data.synthetic.sizes.sft=40", "data.synthetic.sizes.sft: 32 -> 40"),
+        # the rows follow the domains' order, and the steps' shuffled order the rows
+        ("data.synthetic.domains=[ocr, math]", "data.synthetic.domains: ['math', 'ocr'] -> ['ocr', 'math']"),
+        ("data.synthetic.difficulty=[0.2, 0.4]", "data.synthetic.difficulty: [0.0, 1.0] -> [0.2, 0.4]"),
+    ],
+)  # fmt: skip
+def test_a_resumed_sft_run_keeps_its_synthetic_examples(tmp_path, change, listed):
+    """Refused before RUN_DIR/data is built again, naming the settings that would change the
+    SFT split."""
+    cfg = synthetic_sft_run(tmp_path)
+    with pytest.raises(ResumeConflict) as err:
+        prepare_run_dir(resumed(tmp_path, *SFT, change), resume=True)
+    assert str(err.value) == (
+        f"--resume: the sft run in {cfg.run_dir} has trained 2 steps on the sft examples "
+        f"data.synthetic built, and {listed} (saved -> asked) would build others: the "
+        "checkpoint's step count, optimizer state and place in the examples' shuffled order "
+        "describe the examples the run started with, and would go on over the new ones as if "
+        "they described them. Resume with the run's own data.synthetic settings, or start a new "
+        "run on the new data from this run's model: finish this run with its own data settings "
+        f"(it exports its model to {cfg.run_dir / 'hf'}), then --set model.path="
+        f"{cfg.run_dir / 'hf'} --set run.name=<new name>"
+    )
+
+
+def test_synthetic_changes_that_keep_the_supervised_examples_resume(tmp_path):
+    cfg = synthetic_sft_run(tmp_path)
+    # the other splits' sizes: the SFT split is drawn from a seed of its own
+    check_resume_settings(resumed(tmp_path, *SFT, "data.synthetic.sizes.rl_train=4",
+                                  "data.synthetic.sizes.pretrain=4"), cfg.run_dir)  # fmt: skip
+    pre = synthetic_sft_run(tmp_path / "pre", "stage=pretrain")
+    check_resume_settings(
+        resumed(tmp_path / "pre", *SFT, "stage=pretrain", "data.synthetic.sizes.sft=4"),
+        pre.run_dir,
+    )
+    with pytest.raises(
+        ResumeConflict, match=r"the pretrain run .* data.synthetic.sizes.pretrain: 32 -> 4"
+    ):
+        check_resume_settings(
+            resumed(tmp_path / "pre", *SFT, "stage=pretrain", "data.synthetic.sizes.pretrain=4"),
+            pre.run_dir,
+        )
+    # before its first checkpoint the run starts over, on the data built now
+    (cfg.run_dir / "checkpoints" / "latest").unlink()
+    check_resume_settings(resumed(tmp_path, *SFT, "data.synthetic.seed=3"), cfg.run_dir)
+
+
+@pytest.mark.slow
+def test_rlcs_train_records_an_sft_runs_data_and_refuses_to_resume_it_over_other_data(tmp_path):
+    """A real run records its data.train files at its start; `--resume` after one of them was
+    edited stops in one line (exit status 2), and the run's checkpoint and metrics stay."""
+    import subprocess
+    import sys
+
+    from cluster.train_data_record import recorded_train_data
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1?", "response":
+                    f"<think>add</think><answer>{i + 1}</answer>"}) + "\n" for i in range(4)))  # fmt: skip
+    sets = [*SFT, "data.synthetic=null", f"data.train=[{data}]", "learner.steps=2",
+            "learner.global_batch=2", "learner.micro_batch=2", "run.save_every=1",
+            f"run.root={tmp_path}", "run.name=sft"]  # fmt: skip
+    argv = [str(Path(sys.executable).with_name("rlcs")), "train", "configs/tiny-text.yaml",
+            *[a for s in sets for a in ("--set", s)]]  # fmt: skip
+    first = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr[-4000:]
+    run = tmp_path / "sft"
+    (recorded,) = recorded_train_data(run)
+    assert recorded["path"] == str(data) and recorded["bytes"] == data.stat().st_size
+    metrics = (run / "metrics.jsonl").read_text()
+    data.write_text(data.read_text().replace("0+1?", "0+2?"))
+    again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=600)  # fmt: skip
+    assert again.returncode == 2
+    assert again.stderr.splitlines()[-1].startswith(
+        f"rlcs train: --resume: the sft run in {run} has trained 2 steps on other data than it "
+        f"is given now ({data} changed ("
+    )
+    assert (run / "metrics.jsonl").read_text() == metrics
+    assert (run / "checkpoints" / "step_00000002").is_dir()
