@@ -19,6 +19,7 @@ import torch
 from actors import learner_checkpoint as ckpt
 from actors.deepspeed_config import deepspeed_config, lr_factor, reference_config
 from actors.learner_batches import RankStep, prepare_step
+from actors.learner_grad_norm import GradNormClipper, clips_outside_deepspeed
 from actors.learner_inputs import ModelInputs
 from actors.learner_model import (
     freeze_parameters,
@@ -75,6 +76,11 @@ class Learner:
         self.base_lrs = [g["lr"] for g in groups]
         optimizer = torch.optim.AdamW(groups, lr=lc.lr, weight_decay=lc.weight_decay)
         ds_cfg = deepspeed_config(lc, self.device)
+        # where DeepSpeed would clip without keeping the norm, the learner clips and keeps it
+        self.clipper: GradNormClipper | None = None
+        if clips_outside_deepspeed(lc):
+            ds_cfg["gradient_clipping"] = 0.0
+            self.clipper = GradNormClipper(optimizer, lc.grad_clip)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(lc, lc.steps))
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
@@ -199,8 +205,9 @@ class Learner:
             )  # what this step applies
             self.engine.step()
             self.steps += 1
-            norm = self.engine.get_global_grad_norm()
-            stats["grad_norm"] = float(norm) if norm is not None else float("nan")
+            # the step's global norm before clipping, the same on every rank
+            norm = self.clipper.norm if self.clipper else self.engine.get_global_grad_norm()
+            stats["grad_norm"] = float(norm)
         stats["step_s"] = time.perf_counter() - t0
         stats["optimizer_steps"] = float(len(step.minis) * passes)
         stats.update({k: float(v) for k, v in step.info.items()})
