@@ -21,8 +21,16 @@ _E_NOTATION = r"(?:[eE][+-]?\d+(?=\s*(?:$|[-+*/)\]},=]|\\(?:cdot|times|div)(?![A
 _TOKEN = re.compile(
     rf"\s*(\\[A-Za-z]+|\\[{{}}|]|(?:\d+(?:\.\d*)?|\.\d+){_E_NOTATION}|[A-Za-z]|[-+*/^_=(){{}}\[\],!|])"
 )
+
+
+def _log10(x: sympy.Expr) -> sympy.Expr:
+    """``\\log`` without a base: base 10, as in school and contest mathematics and as
+    latex2sympy2_extended (math-verify's parser) reads it; ``\\ln`` is the natural log."""
+    return sympy.log(x, 10)
+
+
 _FUNCS = {"\\sin": sympy.sin, "\\cos": sympy.cos, "\\tan": sympy.tan, "\\ln": sympy.log,
-          "\\log": sympy.log, "\\exp": sympy.exp, "\\arcsin": sympy.asin, "\\arccos": sympy.acos,
+          "\\log": _log10, "\\exp": sympy.exp, "\\arcsin": sympy.asin, "\\arccos": sympy.acos,
           "\\arctan": sympy.atan}  # fmt: skip
 _CONSTS = {"\\pi": sympy.pi, "\\infty": sympy.oo, "e": sympy.E}
 _MUL = {"*", "\\cdot", "\\times"}

@@ -329,6 +329,12 @@ _LETTERS = re.compile(r"(?:\\(?:angle|triangle) )?[A-Za-z]+(?: [A-Za-z]+)*")
 _NUMBER_WORDS = {"pi", "inf", "infinity"}
 
 
+#: short words that are answers (``yes``, ``No``): compared as words, case aside, although two
+#: or three letters are otherwise a product of variables (``ba`` is ``ab``). Only words that
+#: no one writes as a product: ``no`` is no ``n \\cdot o``, so ``on`` does not match it
+_SHORT_WORDS = frozenset({"yes", "no", "odd", "all", "any"})
+
+
 def _letters_only(text: str) -> bool:
     if _LETTERS.fullmatch(text) is None:
         return False
@@ -341,13 +347,19 @@ def _has_name(text: str) -> bool:
     return any(len(w) > 1 and w.isupper() for w in text.split() if w[0] != "\\")
 
 
-def _is_word(text: str) -> bool:
+def _is_word(text: str, text_mode: bool = False) -> bool:
     """Letters only, with a word or name that no product of a few variables is written as:
     capitals, two or more (``AB``, ``\\angle ABC``), or four letters or more (``none``,
-    ``Monday``). Compared letter for letter; ``xy`` and ``abc`` stay algebra (``yx``, ``bca``)."""
+    ``Monday``), or one of the short answer words (``yes``, ``no``), or two letters or more in
+    a text-mode command (``text_mode``: ``\\text{on}``). Compared letter for letter; ``xy`` and
+    ``abc`` stay algebra (``yx``, ``bca``)."""
     if not _letters_only(text):
         return False
+    if text.casefold() in _SHORT_WORDS:
+        return True
     words = [w for w in text.split() if w[0] != "\\"]
+    if text_mode and any(len(w) > 1 for w in words):
+        return True
     return any((len(w) > 1 and w.isupper()) or len(w) > 3 for w in words)
 
 
@@ -402,7 +414,8 @@ class MathVerifier(Verifier):
         # the flag keeps a refused truth apart from the string it prints as (True, "True")
         ok = truth_type_problem(answer) is None
         degrees = (mp.has_degrees(extracted), mp.has_degrees(str(answer)))
-        return (mp.normalize(extracted), mp.normalize(str(answer)), ok, degrees)
+        text_mode = mp.in_text_mode(str(answer))  # \text{on} is a word, a bare on a product
+        return (mp.normalize(extracted), mp.normalize(str(answer)), ok, degrees, text_mode)
 
     def check_answer(self, answer: Any) -> str | None:
         return truth_type_problem(answer)
@@ -413,7 +426,8 @@ class MathVerifier(Verifier):
             return Verdict(0.0, "answer", problem)
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
         pred, gt = mp.normalize(extracted), mp.normalize(str(answer))
-        verdict = self.compare(pred, gt, rel_tol)
+        text_mode = mp.in_text_mode(str(answer))
+        verdict = self.compare(pred, gt, rel_tol, text_mode)
         if verdict.reward == 1.0:
             return verdict
         return self._in_radians(extracted, str(answer), pred, gt, rel_tol) or verdict
@@ -437,7 +451,9 @@ class MathVerifier(Verifier):
         verdict = self.compare(pred, gt, rel_tol)
         return verdict if verdict.reward == 1.0 else None
 
-    def compare(self, pred: str, gt: str, rel_tol: float) -> Verdict:
+    def compare(self, pred: str, gt: str, rel_tol: float, text_mode: bool = False) -> Verdict:
+        """``pred`` against ``gt``, both normalised; ``text_mode``: the truth was written in
+        a text-mode command (``\\text{on}``), so its letters are a word."""
         if pred == gt:
             return Verdict(1.0)
         if not pred:
@@ -450,9 +466,10 @@ class MathVerifier(Verifier):
         if letter is not None:
             return Verdict(float(mp.pred_choice_letter(pred) == letter))
         pred, gt = mp.number_words(pred), mp.number_words(gt)  # five is 5
-        if _is_word(gt) and _letters_only(pred):  # BAC is not ABC, as a product would be
+        if _is_word(gt, text_mode) and _letters_only(pred):  # BAC is not ABC, as a product is
             p, g = pred.replace(" ", ""), gt.replace(" ", "")
-            if not _has_name(gt):  # a word, not a name in capitals: No solution, no solution
+            # a word, not a name in capitals: No solution, no solution; YES, yes
+            if not _has_name(gt) or gt.casefold() in _SHORT_WORDS:
                 p, g = p.casefold(), g.casefold()
             return Verdict(float(p == g))
         gt = mp.scale_words(gt)

@@ -233,6 +233,27 @@ def normalize(text: str) -> str:
     return " ".join(s.split())
 
 
+#: the text-mode commands among those ``normalize`` unwraps: their letters are words
+_TEXT_MODE = ("\\text{", "\\textbf{", "\\mbox{")
+
+
+def in_text_mode(text: str) -> bool:
+    """Whether the answer is written in a text-mode command, ``\\text{yes}``: then its letters
+    are words, not a product of variables (``\\mathrm{}`` and ``\\mathbf{}`` are math fonts,
+    of variables as well). ``normalize`` drops the command, so the verdict is keyed on this."""
+    if "\\" not in text:
+        return False
+    s = _marked(text).strip().rstrip(".").strip()
+    for _ in range(3):
+        m = _WRAPPED.match(s)
+        if not m or not _balanced(m.group(1)):
+            return False
+        if s.startswith(_TEXT_MODE):
+            return True
+        s = m.group(1).strip()
+    return False
+
+
 def _braced_frac(m: re.Match) -> str:
     a, b = (g if g.startswith("{") else "{" + g + "}" for g in m.groups())
     return "\\frac" + a + b
@@ -464,7 +485,7 @@ def _split_connectives(s: str) -> tuple[list[str], set[str]]:
     return pieces, kinds
 
 
-def _joined_conditions(s: str) -> sympy.Set | None:
+def _joined_conditions(s: str, variable: str | None = None) -> sympy.Set | None:
     """Inequalities in one variable joined by "or", as the union of their sets
     (``x < -1 \\text{ or } x > 1`` is ``(-\\infty, -1) \\cup (1, \\infty)``), or by "and", as
     their intersection (``x > -1 \\text{ and } x < 1`` is ``(-1, 1)``); with "or", equations
@@ -472,7 +493,8 @@ def _joined_conditions(s: str) -> sympy.Set | None:
     else, which is read as before (the grammar reads "or" and "and" as commas, a list): both
     words in one answer (which binds first?), a piece that is no condition, more than one
     variable, and equations joined by "and", the way a list of solutions is often written
-    (``x = 2 \\text{ and } x = 3``)."""
+    (``x = 2 \\text{ and } x = 3``). With ``variable``, only conditions on the variable of that
+    name (set-builder notation's)."""
     if _CONNECTIVE.search(s) is None:
         return None
     pieces, kinds = _split_connectives(s)
@@ -490,7 +512,8 @@ def _joined_conditions(s: str) -> sympy.Set | None:
         equation = kind == "or" and isinstance(part, sympy.Eq)
         if not (_inequality(part) or chain or equation):
             return None
-    if len(set().union(*(p.free_symbols for p in parts))) != 1:
+    symbols = set().union(*(p.free_symbols for p in parts))
+    if len(symbols) != 1 or (variable is not None and symbols.pop().name != variable):
         return None
     try:
         sets = [part.as_set() for part in parts]
@@ -505,12 +528,63 @@ def _inequality(x: sympy.Basic) -> bool:
     )
 
 
+#: set-builder notation over the real numbers: ``\\{x \\mid x > 2\\}``, ``\\{x : x > 2\\}``,
+#: ``\\{x \\in \\mathbb{R} \\mid x > 2\\}`` (also ``|``, ``\\vert``, ``\\middle|``, ``\\colon``): one
+#: letter, the reals or nothing as its domain, then the condition. Another domain
+#: (``\\mathbb{Z}``, ``\\mathbb{N}``) is not read: its set is no interval
+_SET_BUILDER = re.compile(
+    r"\\\{\s*(?P<var>[A-Za-z])\s*"
+    r"(?:\\in\s*(?:\\mathbb\s*\{\s*R\s*\}|\\mathbb\s+R|\\R|ℝ)(?![A-Za-z])\s*)?"
+    r"(?:\\mid(?![A-Za-z])|\\middle\s*(?:\||\\vert(?![A-Za-z]))|\\vert(?![A-Za-z])"
+    r"|\\colon(?![A-Za-z])|\||:)"
+    r"(?P<cond>.+)\\\}",
+    re.S,
+)
+
+
+def _set_builder(s: str) -> sympy.Set | None:
+    """``\\{x \\mid x > 2\\}`` as the set its condition describes over the reals, the interval
+    ``(2, \\infty)``: inequalities, equations (``\\{x \\mid x^2 = 4\\}`` is ``\\{-2, 2\\}``) and
+    conditions joined by "or" or "and", in the variable before the bar and no other. None for
+    text that is no such set (``\\{1, 2\\}``); a condition that is none of these, or is on
+    another variable, is a ``MathParseError``."""
+    m = _SET_BUILDER.fullmatch(s)
+    if m is None:
+        return None
+    variable, condition = m.group("var"), m.group("cond").strip()
+    depth = 0  # \\{x \\mid x > 2\\} \\cup \\{3\\} is no single set: the first brace closes early
+    for i in range(len(condition)):
+        if condition.startswith("\\{", i):
+            depth += 1
+        elif condition.startswith("\\}", i):
+            depth -= 1
+            if depth < 0:
+                return None
+    joined = _joined_conditions(condition, variable)
+    if joined is not None:
+        return joined
+    part = to_sympy(condition)
+    chain = isinstance(part, sympy.And) and all(_inequality(a) for a in part.args)
+    relation = isinstance(part, sympy.core.relational.Relational)
+    if not (relation or chain) or {x.name for x in part.free_symbols} != {variable}:
+        raise MathParseError(
+            f"set-builder notation: the condition must be equations or inequalities in {variable}"
+        )
+    try:
+        return part.as_set()
+    except (NotImplementedError, TypeError, ValueError, ArithmeticError, sympy.PolynomialError):
+        raise MathParseError("set-builder notation: cannot solve its condition") from None
+
+
 @lru_cache(maxsize=8192)
 def to_sympy(s: str) -> sympy.Basic:
     """Parse normalised answer text into a SymPy object, after the size guards. The small
     fast parser handles most answers; the full LaTeX grammar takes the rest. Cached per
     process: a GRPO group repeats its ground truth and many of its answers."""
     check_size(s)
+    built = _set_builder(s)
+    if built is not None:
+        return built
     joined = _joined_conditions(s)
     if joined is not None:
         return joined

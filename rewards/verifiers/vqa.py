@@ -3,7 +3,9 @@
 The ground truth may be a list of accepted answers. Normalisation drops case, articles,
 surrounding punctuation and extra spaces, and reads number words ("three") as digits; a truth
 that is only an article ("A" as an option letter) keeps its articles, and an answer that
-normalises to nothing matches nothing.
+normalises to nothing matches nothing. A truth that is an integer is matched by an answer
+that states that integer, alone or followed by a few words that name what it counts
+(``3 apples``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,35 @@ def as_integer(text: str) -> int | None:
     return None
 
 
+#: a count and the words that name what it counts, normalised: ``3 apples``, ``3 red cars``
+_COUNTED = re.compile(r"^([+-]?\d+(?:\.0+)?)((?: [a-z]{2,}){1,3})$")
+#: words after a count that change what it states, or hedge it: ``3 or more``, ``3 at least``,
+#: ``3 dozen``, ``3 thousand``, ``3 halves``, ``3 other cars``; then it is no count of
+#: the things named
+_NOT_COUNTED = frozenset({
+    "or", "and", "nor", "but", "not", "no", "than", "more", "less", "fewer", "least", "most",
+    "over", "under", "above", "below", "about", "around", "approximately", "approx", "roughly",
+    "nearly", "almost", "maybe", "perhaps", "possibly", "probably", "likely", "ish", "plus",
+    "minus", "to", "up", "per", "other", "others", "another", "additional", "extra", "else",
+    "dozen", "dozens", "score", "grand", "hundred", "hundreds", "thousand", "thousands",
+    "million", "millions", "billion", "billions", "trillion", "trillions", "percent",
+    "percentage", "half", "halves", "quarter", "quarters", "third", "thirds", "fourth",
+    "fourths", "fifth", "fifths", "tenth", "tenths", "thirty", "forty", "fifty", "sixty",
+    "seventy", "eighty", "ninety",
+})  # fmt: skip
+
+
+def counted_integer(text: str) -> int | None:
+    """The integer a counting answer states with the name of what it counts (``3 apples``,
+    ``three red cars``): one integer first, then one to three plain words (letters only, two
+    or more each) that neither hedge nor scale it. None for anything else: ``3 apples and 2
+    pears``, ``3 or more``, ``3 dozen``, ``about 3``."""
+    m = _COUNTED.match(normalize_text(text))
+    if m is None or any(w in _NOT_COUNTED for w in m.group(2).split()):
+        return None
+    return as_integer(m.group(1))
+
+
 def truth_problem(answer: Any) -> str | None:
     """Why ``answer`` is no VQA ground truth, or None: not text (``text_truth_problem``), or
     text that no answer can match, since an answer that normalises to nothing matches nothing
@@ -123,7 +154,8 @@ class VQAVerifier(Verifier):
         for gt in _accepted(answer):
             g_int = as_integer(gt)
             if g_int is not None:
-                if as_integer(extracted) == g_int:
+                # the truth 3 is matched by 3, three, 3.0, and 3 apples
+                if g_int in (as_integer(extracted), counted_integer(extracted)):
                     return Verdict(1.0)
                 continue
             pred, g = normalize_pair(extracted, gt)

@@ -244,7 +244,7 @@ def test_gui_malformed_ground_truth_target_is_an_answer_error(gt):
         ("3", "three", 1.0),
         ("3.0", "3", 1.0),
         ("4", "3", 0.0),
-        ("3 apples", "3", 0.0),
+        ("3 apples", "3", 1.0),  # a count and what it counts; test_vqa_count_with_its_noun
         ("The red car.", "red car", 1.0),
         ("red", "blue", 0.0),
         ("yes", ["Yes", "yeah"], 1.0),
@@ -255,6 +255,44 @@ def test_gui_malformed_ground_truth_target_is_an_answer_error(gt):
 )
 def test_vqa(pred, gt, reward):
     assert VQAVerifier().verify(pred, gt, {}).reward == reward
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a count followed by the name of what it counts scored 0 against the bare number
+        ("3 apples", "3", 1.0),
+        ("three apples", "3", 1.0),
+        ("3 red cars.", "3", 1.0),
+        ("3 people in the picture", "3", 1.0),  # the article is dropped: three words
+        ("3 apples", "three", 1.0),
+        ("3 apples", ["3", "three"], 1.0),
+        ("3.0 apples", "3", 1.0),
+        ("0 birds", "0", 1.0),
+        # anything else stays wrong: another number, a hedge, a scale, a number not first,
+        # more than three words, a single letter, or a truth that is no bare number
+        ("4 apples", "3", 0.0),
+        ("3 apples and 2 pears", "3", 0.0),
+        ("3 apples, 2 pears", "3", 0.0),
+        ("three apples and two pears", "3", 0.0),
+        ("3 or more", "3", 0.0),
+        ("3 or 4 apples", "3", 0.0),
+        ("3 at least", "3", 0.0),
+        ("3 dozen", "3", 0.0),
+        ("3 thousand", "3", 0.0),
+        ("3 halves", "3", 0.0),
+        ("3 other cars", "3", 0.0),
+        ("about 3", "3", 0.0),
+        ("there are 3 apples", "3", 0.0),
+        ("3 people standing near the car", "3", 0.0),
+        ("3 x", "3", 0.0),
+        ("3.5 apples", "3", 0.0),
+        ("3", "3 apples", 0.0),
+        ("3 pears", "3 apples", 0.0),
+    ],
+)
+def test_vqa_count_with_its_noun(pred, gt, reward):
+    assert VQAVerifier().verify(pred, gt, {}) == (reward, None, None)
 
 
 @pytest.mark.parametrize(

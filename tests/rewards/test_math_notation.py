@@ -1,6 +1,7 @@
 """Math equivalence across the ways an answer is written: thousands separators, units in text
-commands, a word's case, products of powers, degrees on a trigonometric argument, a name on the
-left of the answer, repeating decimals, and conditions joined by "or" and "and"."""
+commands, a word's case, short answer words, products of powers, degrees on a trigonometric
+argument, a name on the left of the answer, repeating decimals, conditions joined by "or" and
+"and", set-builder notation, and ``\\log`` without a base."""
 
 from __future__ import annotations
 
@@ -234,3 +235,130 @@ def test_a_bar_over_anything_else_is_left_as_written():
 )
 def test_inequalities_joined_by_or_and_and_are_unions_and_intersections(pred, gt, reward):
     assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # a short answer word was a product of its letters: Yes scored 0 against yes (Y is no y),
+        # and sey scored 1 (y e s in another order)
+        ("Yes", "yes", 1.0),
+        ("YES", "yes", 1.0),
+        ("yes", "\\text{Yes}", 1.0),
+        ("No", "no", 1.0),
+        ("\\text{No}", "\\text{no}", 1.0),
+        ("Odd", "odd", 1.0),
+        ("sey", "yes", 0.0),
+        ("on", "no", 0.0),
+        ("yes", "no", 0.0),
+        # letters in a text-mode command are a word: \\text{on} matched \\text{no}
+        ("\\text{on}", "\\text{no}", 0.0),
+        ("\\text{der}", "\\text{red}", 0.0),
+        ("ba", "\\text{ab}", 0.0),
+        ("Red", "\\text{red}", 1.0),
+        ("\\text{red}", "\\textbf{red}", 1.0),
+        # two or three letters otherwise stay a product, and a capital another variable
+        ("ba", "ab", 1.0),
+        ("zyx", "xyz", 1.0),
+        ("ba", "\\mathrm{ab}", 1.0),  # a math font: variables
+        ("Ab", "ab", 0.0),
+        ("ab", "AB", 0.0),
+    ],
+)
+def test_short_answer_words_and_text_are_words_not_products(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+def test_a_truth_in_text_mode_is_cached_apart_from_the_same_letters_in_math():
+    assert V.cache_key("ba", "\\text{ab}", {}) != V.cache_key("ba", "ab", {})
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # set-builder notation could not be parsed (a parse error), or was read as a set of
+        # one odd element ({x : x > 2} as {x/x > 2})
+        ("\\{x \\mid x > 2\\}", "x > 2", 1.0),
+        ("\\{x \\mid x > 2\\}", "(2, \\infty)", 1.0),
+        ("\\{x : x > 2\\}", "(2, \\infty)", 1.0),
+        ("\\{x : x > 2\\}", "x > 2", 1.0),
+        ("\\{x \\in \\mathbb{R} \\mid x>2\\}", "x > 2", 1.0),
+        ("\\{x \\in \\mathbb{R} \\mid x>2\\}", "(2, \\infty)", 1.0),
+        ("\\{x \\in \\mathbb R : x>2\\}", "(2, \\infty)", 1.0),
+        ("\\{x | x > 2\\}", "(2, \\infty)", 1.0),
+        ("\\left\\{x \\,\\middle|\\, x > 2\\right\\}", "(2, \\infty)", 1.0),
+        ("\\{x \\colon x > 2\\}", "x > 2", 1.0),
+        ("\\{t \\mid t > 2\\}", "x > 2", 1.0),  # the variable's name, as for x > 2 and t > 2
+        ("(2, \\infty)", "\\{x \\mid x > 2\\}", 1.0),  # on the truth's side too
+        ("x > 2", "\\{x \\mid x > 2\\}", 1.0),
+        ("\\{x \\mid -3 < x \\leq 3\\}", "(-3, 3]", 1.0),
+        ("\\{x \\mid x < -1 \\text{ or } x > 1\\}", "(-\\infty,-1)\\cup(1,\\infty)", 1.0),
+        ("\\{x \\mid |x| > 2\\}", "(-\\infty,-2)\\cup(2,\\infty)", 1.0),
+        ("\\{x \\mid x^2 = 4\\}", "\\{-2, 2\\}", 1.0),
+        # another set stays wrong
+        ("\\{x \\mid x > 3\\}", "x > 2", 0.0),
+        ("\\{x \\mid x \\geq 2\\}", "(2, \\infty)", 0.0),
+        ("\\{x \\mid x > 2\\}", "[2, \\infty)", 0.0),
+        ("\\{x \\mid x < 2\\}", "x > 2", 0.0),
+        ("\\{x \\mid x > 2\\}", "\\{2\\}", 0.0),
+        ("\\{x \\mid x^2 = 4\\}", "\\{2\\}", 0.0),
+        ("\\{x \\mid x < -1 \\text{ and } x > 1\\}", "(-\\infty,-1)\\cup(1,\\infty)", 0.0),
+    ],
+)
+def test_set_builder_notation_is_the_set_its_condition_describes(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt"),
+    [
+        # not a set of reals in one variable: refused as unreadable, never matched
+        ("\\{x \\in \\mathbb{Z} \\mid x > 2\\}", "x > 2"),  # the integers above 2
+        ("\\{x \\in \\mathbb{N} \\mid x > 2\\}", "(2, \\infty)"),
+        ("\\{x \\mid y > 2\\}", "x > 2"),  # the condition is on another variable
+        ("\\{x \\mid x > 2 \\text{ and } y < 1\\}", "x > 2"),
+        ("\\{x \\mid 5\\}", "5"),
+        ("\\{x \\mid \\sin x = 0\\}", "\\{0\\}"),  # periodic: SymPy gives no set
+    ],
+)
+def test_set_builder_notation_that_is_no_set_of_reals_is_a_parse_error(pred, gt):
+    assert V.verify(pred, gt, {})[:2] == (0.0, "parse")
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # \\log without a base was the natural log in the fast parser and base 10 in the
+        # grammar (as latex2sympy2_extended, math-verify's parser, reads it): \\log 100 was not 2
+        ("\\log 100", "2", 1.0),
+        ("\\log(100)", "2", 1.0),
+        ("\\log 1000", "3", 1.0),
+        ("2", "\\log 100", 1.0),
+        ("\\log 2 + \\log 5", "1", 1.0),
+        ("\\log_{10} 100", "\\log 100", 1.0),
+        ("\\log 8 / \\log 2", "3", 1.0),  # the base cancels
+        ("\\log(xy)", "\\log x + \\log y", 1.0),
+        # \\ln stays natural, \\log_b keeps its base
+        ("\\ln 100", "2", 0.0),
+        ("\\ln e^2", "2", 1.0),
+        ("\\log_2 8", "3", 1.0),
+        ("\\log_2 100", "2", 0.0),
+        ("\\log_{e} 100", "\\ln 100", 1.0),
+        ("\\log 100", "\\ln 100", 0.0),
+        ("\\ln x", "\\log x", 0.0),
+        ("\\frac{\\ln x}{\\ln 10}", "\\log x", 1.0),
+        ("\\log 100", "4.605170186", 0.0),  # ln 100
+    ],
+)
+def test_log_without_a_base_is_base_ten(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize("text", ["\\log 100", "\\log(x)", "\\log x + 1", "\\ln 100", "\\ln(x)"])
+def test_the_fast_parser_reads_log_as_the_grammar_does(text):
+    from latex2sympy2_extended import latex2sympy
+
+    from rewards.verifiers import latex_fast
+    from rewards.verifiers.math import equal
+
+    assert equal(latex_fast.parse(text), latex2sympy(text), 1e-9)
