@@ -69,7 +69,7 @@ def devices_present(text: str, cuda: bool) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--repeats", type=count(1), default=3)
     ap.add_argument("--devices", default="cpu,cuda", help="comma-separated; cuda if present")

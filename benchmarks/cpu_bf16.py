@@ -29,7 +29,7 @@ from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
 
 
 def main() -> None:
-    ap = run_arguments(__doc__.split("\n")[0], "key=value over the run's config")
+    ap = run_arguments(__doc__.split("\n\n")[0], "key=value over the run's config")
     ap.add_argument("--prompts", type=int, default=110, help="RL items to generate for")
     args = ap.parse_args()
 

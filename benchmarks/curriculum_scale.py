@@ -180,7 +180,7 @@ def simulate(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=count(1), default=10_000_000)
     parser.add_argument("--rounds", type=count(1), default=1000, help="next_batch calls to time")
     parser.add_argument("--seeds", type=count(1), default=5)

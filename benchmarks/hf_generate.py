@@ -50,7 +50,7 @@ def check_inputs(model: Path, items: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="an exported HF model directory")
     ap.add_argument("--items", type=Path, required=True, help="an RL item file (.jsonl)")
     ap.add_argument("--config", default="configs/tiny-vlm.yaml")

@@ -180,7 +180,7 @@ def result_line(results: list[tuple[int, float, float, int]]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=count(1), default=5)
     ap.add_argument("--stages", type=zero_stages, default="0,1,2")
     ap.add_argument("--docs", type=count(1), default=8)

@@ -26,7 +26,7 @@ from share_prompts import rollout_batch, run_arguments, run_config  # noqa: E402
 
 def main() -> None:
     args = run_arguments(
-        __doc__.split("\n")[0], "key=value over the run's config (epochs 2 unless set)"
+        __doc__.split("\n\n")[0], "key=value over the run's config (epochs 2 unless set)"
     ).parse_args()
 
     from actors.learner import Learner

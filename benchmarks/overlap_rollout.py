@@ -52,7 +52,7 @@ def median(recs: list[dict], key: str) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", type=Path, required=True, help="a finished `rlcs demo` run dir")
     ap.add_argument("--config", type=Path, default=Path("configs/tiny-vlm.yaml"))
     ap.add_argument("--iterations", type=int, default=12)

@@ -245,7 +245,7 @@ def counter_totals(metrics: str, name: str) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=count(1), default=os.cpu_count() or 1)
     ap.add_argument("--clients", type=count(1), default=32)
     ap.add_argument("--requests-per-client", type=count(1), default=40,

@@ -164,7 +164,7 @@ def run_mathverify(pairs: list[tuple[str, str]]) -> list[bool]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=count(1), default=200, help="math prompts (x group = items)")
     ap.add_argument("--group", type=count(1), default=8, help="rollouts per math prompt")
     ap.add_argument("--fast-items", type=count(1), default=40_000, help="items per fast domain")

@@ -89,7 +89,7 @@ def run_arguments(description: str, set_help: str) -> argparse.ArgumentParser:
 
 def main() -> None:
     args = run_arguments(
-        __doc__.split("\n")[0], "key=value over the run's config, e.g. data.seq_len=512"
+        __doc__.split("\n\n")[0], "key=value over the run's config, e.g. data.seq_len=512"
     ).parse_args()
 
     from actors.learner import Learner

@@ -39,7 +39,7 @@ def domain_of(row: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="a demo data directory")
     ap.add_argument("--merges", type=int, default=512, help="most merges to learn")
     args = ap.parse_args()

@@ -53,7 +53,7 @@ class StubEngine:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=count(1), default=64)
     ap.add_argument("--n", type=count(1), default=4)
     ap.add_argument("--tokens", type=count(1), default=128)

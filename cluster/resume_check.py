@@ -160,9 +160,9 @@ def check_resume_settings(cfg: Config, run_dir: Path) -> None:
     saved, diff = _diff(cfg, run_dir)
     if bad := [k for k in diff if _fixed(k)]:
         raise ResumeConflict(
-            f"--resume: {run_dir} holds a run of stage {saved.get('stage')!r}, and a resumed run "
-            f"cannot change {', '.join(bad)} ({_listed({k: diff[k] for k in bad})}); resume it "
-            "with its own settings, or start a new run (--set run.name=<new name>)"
+            f"--resume: a resumed run cannot change {', '.join(bad)} of the run in {run_dir} "
+            f"({_listed({k: diff[k] for k in bad})}, saved -> asked); resume it with its own "
+            "settings, or start a new run (--set run.name=<new name>)"
         )
     bad = _items_changes(saved, cfg, diff)
     # before the sampler saves its state, or before a checkpoint, the run starts from step 0

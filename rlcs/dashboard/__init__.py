@@ -52,7 +52,8 @@ def not_a_run(path: Path) -> str | None:
     runs = [p.name for p in entries if p.is_dir() and (is_run(p) or is_demo(p))]
     if runs:
         shown = ", ".join(runs[:10]) + (f" … ({len(runs)} in all)" if len(runs) > 10 else "")
-        return (f"{path} holds {'runs' if len(runs) > 1 else 'a run'}, not a run: {shown}; "
+        held = f"{len(runs)} runs" if len(runs) > 1 else "a run"
+        return (f"{path} is a folder that holds {held}, not a run itself: {shown}; "
                 f"give one of them, e.g. rlcs dashboard {path / runs[0]}")  # fmt: skip
     if {p.name for p in entries} <= STARTING:
         return None

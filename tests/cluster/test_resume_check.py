@@ -38,8 +38,8 @@ def test_a_run_resumed_as_another_stage_is_refused_and_keeps_its_files(tmp_path)
     with pytest.raises(ResumeConflict) as err:
         prepare_run_dir(rl, resume=True)
     assert str(err.value) == (
-        f"--resume: {cfg.run_dir} holds a run of stage 'sft', and a resumed run cannot change stage "
-        "(stage: 'sft' -> 'rl'); resume it with its own settings, or start a new run "
+        f"--resume: a resumed run cannot change stage of the run in {cfg.run_dir} (stage: "
+        "'sft' -> 'rl', saved -> asked); resume it with its own settings, or start a new run "
         "(--set run.name=<new name>)"
     )
     assert (cfg.run_dir / "config.yaml").read_text() == before
@@ -54,7 +54,8 @@ def test_the_tiny_model_a_run_built_cannot_change(tmp_path):
     )
     with pytest.raises(
         ResumeConflict,
-        match=r"cannot change model.tiny_overrides.hidden_size \(model.tiny_overrides.hidden_size: None -> 128\);",
+        match=r"cannot change model.tiny_overrides.hidden_size of the run in \S+ "
+        r"\(model.tiny_overrides.hidden_size: None -> 128, saved -> asked\);",
     ):
         check_resume_settings(wider, cfg.run_dir)
     # read from model.path, the run never used its tiny settings: they may change
@@ -75,7 +76,9 @@ def test_the_tiny_models_tokenizer_cannot_change_and_older_runs_had_none(tmp_pat
         ROOT / "configs" / "tiny-text.yaml",
         [*SFT, f"run.root={tmp_path}", "model.tokenizer_merges=64"],
     )
-    with pytest.raises(ResumeConflict, match=r"cannot change model.tokenizer_merges \(.*0 -> 64\)"):
+    with pytest.raises(
+        ResumeConflict, match=r"cannot change model.tokenizer_merges of the run in \S+ \(.*0 -> 64"
+    ):
         check_resume_settings(merged, cfg.run_dir)
     # a run saved before these settings existed ran with their defaults: resuming it is no change
     path = cfg.run_dir / "config.yaml"

@@ -105,8 +105,9 @@ def test_a_folder_of_runs_is_refused_naming_the_runs(run_dir, tmp_path, dashboar
     r = _rlcs_dashboard(runs, dashboard.free_port())
     assert r.returncode == 2 and "http://" not in r.stderr
     assert r.stderr.splitlines() == [
-        f"rlcs dashboard: {runs} holds runs, not a run: curriculum-demo, demo, sft-run; give one "
-        f"of them, e.g. rlcs dashboard {runs / 'curriculum-demo'}"
+        f"rlcs dashboard: {runs} is a folder that holds 3 runs, not a run itself: "
+        f"curriculum-demo, demo, sft-run; give one of them, e.g. rlcs dashboard "
+        f"{runs / 'curriculum-demo'}"
     ]
 
 
