@@ -9,6 +9,7 @@ writes, for each domain, the RL items (train and held-out splits, in the dataset
 from __future__ import annotations
 
 import json
+import numbers
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,12 +48,21 @@ def generate(
 
     ``generator``: an open generator of that domain to draw with (the caller closes it; the GUI
     one keeps its browser between calls); by default one is made and closed here.
+
+    A bad argument (an unknown domain, a difficulty range outside [0, 1], a generator of
+    another domain) is a ValueError here, at the call, not at the first example drawn.
     """
     if domain not in GENERATORS:
         raise ValueError(f"unknown task domain {domain!r}; known: {', '.join(GENERATORS)}")
-    lo, hi = difficulty
-    if not 0.0 <= lo <= hi <= 1.0:
-        raise ValueError(f"difficulty range must satisfy 0 <= lo <= hi <= 1, got {difficulty}")
+    lo, hi = _difficulty_range(difficulty)
+    if generator is not None and generator.domain != domain:
+        raise ValueError(
+            f"generator is a {generator.domain!r} generator, and the domain is {domain!r}"
+        )
+    return _draw(domain, n, seed, lo, hi, generator)
+
+
+def _draw(domain: str, n: int, seed: int, lo: float, hi: float, generator: TaskGenerator | None):
     rng = random.Random(f"{domain}:{seed}")
     gen = generator if generator is not None else GENERATORS[domain]()
     try:
@@ -61,6 +71,20 @@ def generate(
     finally:
         if generator is None:
             gen.close()
+
+
+def _difficulty_range(difficulty, where: str = "") -> tuple[float, float]:
+    """``difficulty`` as ``(lo, hi)``, or a ValueError saying what a range must be."""
+    try:
+        lo, hi = difficulty
+        ok = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (lo, hi))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not 0.0 <= lo <= hi <= 1.0:  # NaN fails the comparison too
+        raise ValueError(
+            f"difficulty range{where} must be [lo, hi] with 0 <= lo <= hi <= 1, got {difficulty!r}"
+        )
+    return float(lo), float(hi)
 
 
 def check_ready(domains: Iterable[str]) -> None:
@@ -88,7 +112,8 @@ def build_task_data(
     math and OCR can do that.
 
     Everything is checked before anything is written: an unknown domain or split is a
-    ValueError naming the valid ones, and a generator that cannot run here (the GUI one
+    ValueError naming the valid ones, so is a difficulty range outside [0, 1] or a size that
+    is not a whole number of at least 0, and a generator that cannot run here (the GUI one
     without Chromium) says so before the first domain is generated.
     """
     if unknown := [d for d in domains if d not in GENERATORS]:
@@ -104,10 +129,13 @@ def build_task_data(
     if isinstance(difficulty, dict):
         if missing := [d for d in domains if d not in difficulty]:
             raise ValueError(f"no difficulty range for {', '.join(missing)}")
-        ranges = {d: tuple(difficulty[d]) for d in domains}
+        ranges = {d: _difficulty_range(difficulty[d], f" of {d}") for d in domains}
     else:
-        ranges = {d: tuple(difficulty) for d in domains}
+        ranges = {d: _difficulty_range(difficulty) for d in domains}
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
+    for split, size in sizes.items():
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"sizes[{split!r}] must be a whole number of at least 0, got {size!r}")
     check_ready(domains)
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 import json
 import os
 import random
@@ -80,6 +81,12 @@ ELEMENT_RECTS = """n => Array.from({length: n}, (_, i) => {
     const r = document.getElementById("e" + i).getBoundingClientRect();
     return [r.x, r.y, r.width, r.height];
 })"""
+#: Moves every element that runs past the page's right edge (``width``) back onto it: the
+#: layout leaves room for the labels in DejaVu Sans Bold, and a wider font could need more.
+PULL_IN = """([n, width]) => { for (let i = 0; i < n; i++) {
+    const e = document.getElementById("e" + i), r = e.getBoundingClientRect();
+    if (r.right > width) e.style.left = Math.max(0, Math.floor(width - r.width - 1)) + "px";
+} }"""
 
 
 class GuiTask(TaskGenerator):
@@ -121,15 +128,38 @@ class GuiTask(TaskGenerator):
             self._pw.stop()
         self._pw = self._browser = self._page = None
 
+    def _check_layout(self, labels: list[str], rects: list[list[float]]) -> None:
+        """A ValueError when an element is not wholly on the page or overlaps another: its box
+        would be cut at the page's edge (or be empty), or the screenshot would not show it."""
+        width, height = self.size
+        boxes = [(x, y, x + w, y + h) for x, y, w, h in rects]
+        problems = [f"{labels[i]} lies partly off it" for i, (x1, y1, x2, y2) in enumerate(boxes)
+                    if x1 < 0 or y1 < 0 or x2 > width or y2 > height]  # fmt: skip
+        problems += [
+            f"{labels[i]} overlaps {labels[j]}"
+            for i, j in itertools.combinations(range(len(boxes)), 2)
+            if _overlap(boxes[i], boxes[j])
+        ]
+        if problems:
+            raise ValueError(
+                f"a {width}x{height} GUI page is too small for {len(labels)} elements "
+                f"({problems[0]}): give GuiTask a larger size (the default 112x112 holds the 5 "
+                "of difficulty 1)"
+            )
+
     def sample(self, rng: random.Random, difficulty: float) -> Example:
         n = 2 + round(difficulty * 3)
         labels = rng.sample(LABELS, n)
         target = rng.randrange(n)
+        width, height = self.size
         elements = []
         for i, label in enumerate(labels):
             kind = "a" if rng.random() < 0.3 else "button"
+            # one row each, down the page; room on the right for the widest label (112 x 112:
+            # left 2-70 px, rows 104 // n px apart)
+            left, top = rng.randint(2, max(2, width - 42)), 4 + i * ((height - 8) // n)
             style = (
-                f"position:absolute;left:{rng.randint(2, 70)}px;top:{4 + i * (104 // n)}px;"
+                f"position:absolute;left:{left}px;top:{top}px;"
                 f"font:bold 11px sans-serif;padding:2px 4px;border:0;"
                 f"background:{rng.choice(COLORS) if kind == 'button' else 'none'};"
                 f"color:{'white' if kind == 'button' else '#0645ad'}"
@@ -143,6 +173,10 @@ class GuiTask(TaskGenerator):
         )
         # every element's box from the DOM in one call, not a browser round trip per element
         rects = page.evaluate(ELEMENT_RECTS, n)
+        if any(x + w > width for x, _, w, _ in rects):  # not in 112 x 112 with DejaVu Sans
+            page.evaluate(PULL_IN, [n, width])
+            rects = page.evaluate(ELEMENT_RECTS, n)
+        self._check_layout(labels, rects)
         boxes = [to_norm_box((x, y, x + w, y + h), self.size) for x, y, w, h in rects]
         png = page.screenshot()
         img = Image.open(io.BytesIO(png)).convert("RGB").resize(self.size)
@@ -163,3 +197,8 @@ class GuiTask(TaskGenerator):
             caption=f"A page with {n} elements: {', '.join(where)}.",
             meta={"difficulty": difficulty, "labels": labels, "subcategory": f"{n} elements"},
         )
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Whether two ``(x1, y1, x2, y2)`` boxes share an area (touching edges do not)."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]

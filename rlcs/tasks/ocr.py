@@ -8,7 +8,12 @@ import string
 from rlcs.tasks.base import Example, TaskGenerator, add_noise, draw_cells
 
 WORDS = ["CAT", "SUN", "MAP", "RED", "BOX", "KEY", "TOP", "AIR", "NET", "CUP", "ZIP", "FOG"]
-CODE_CHARS = string.ascii_uppercase + string.digits
+#: Letters and digits for codes, less the pairs a reader cannot tell apart among a code's
+#: random characters at the fonts and sizes used (O and 0 in the monospaced fonts, as wide as
+#: each other with a dot that speckle noise fakes or hides; I and 1 in the serif ones): a
+#: code's ground truth must be readable from its image. Words keep their letters.
+AMBIGUOUS = "O0I1"
+CODE_CHARS = "".join(c for c in string.ascii_uppercase + string.digits if c not in AMBIGUOUS)
 # Codes replace words gradually: none at or below CODES_FROM, all from CODES_ALL, a linear mix
 # between, so the difficulty knob has no cliff (a code is far harder than a word to read)
 CODES_FROM, CODES_ALL = 0.3, 0.6

@@ -1,5 +1,6 @@
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,163 @@ def test_unknown_domains_and_splits_are_named_with_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="unknown task domain 'chart'"):
         build_task_data(out, sizes=sizes, domains=("chart",), text_only=True, progress=False)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_sft_targets_score_one_and_wrong_answers_less_at_every_difficulty(domain):
+    """The ground truth, written as SFT teaches, earns 1.0 from the real verifier at the easy
+    and the hard end of the knob; an answer off by one (a number, a letter, a box moved by its
+    width, a click on another element) earns less."""
+    import rewards
+
+    for d in (0.0, 0.3, 0.6, 1.0):
+        for ex in generate(domain, 4, seed=11, difficulty=(d, d)):
+            assert rewards.score(domain, ex.response(), ex.answer).reward == 1.0, (d, ex.answer)
+            wrong = _a_wrong_answer(ex)
+            response = ex.response().replace(ex.answer_text, wrong)
+            assert rewards.score(domain, response, ex.answer).reward < 1.0, (d, wrong, ex.answer)
+
+
+def _a_wrong_answer(ex) -> str:
+    if ex.domain == "math":
+        return str(int(ex.answer) + 1)
+    if ex.domain == "ocr":
+        return ex.answer[:-1] + ("A" if ex.answer[-1] != "A" else "B")
+    if ex.domain == "grounding":
+        x1, y1, x2, y2 = ex.answer[0]
+        w = x2 - x1
+        box = [x1 + w, y1, x2 + w, y2] if x2 + w <= 999 else [x1 - w, y1, x1, y2]
+        return json.dumps(box, separators=(",", ":"))
+    target = json.loads(ex.answer_text)["point"]
+    other = next(
+        [int(x), int(y)]
+        for x, y in re.findall(r"at (\d+),(\d+)", ex.caption)
+        if [int(x), int(y)] != target
+    )
+    return json.dumps({"action": "click", "point": other}, separators=(",", ":"))
+
+
+def test_generate_checks_its_arguments_when_called():
+    """A bad range was raised only when the first example was drawn, far from the call that
+    passed it; and a generator of another domain drew that domain's tasks under this name."""
+    from rlcs.tasks.ocr import OcrTask
+
+    for bad in ((0.8, 0.2), (0.0, 1.5), (0.0, float("nan")), 0.3, (0.1, 0.2, 0.3), ("0", "1")):
+        with pytest.raises(ValueError, match=r"difficulty range must be \[lo, hi\] with 0 <= lo"):
+            generate("math", 1, seed=0, difficulty=bad)
+    with pytest.raises(
+        ValueError, match="generator is a 'ocr' generator, and the domain is 'math'"
+    ):
+        generate("math", 1, seed=0, generator=OcrTask())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"difficulty": {"math": (0.0, 0.3), "ocr": (0.5, 2.0)}},
+         r"difficulty range of ocr must be \[lo, hi\] with 0 <= lo <= hi <= 1, got \(0\.5, 2\.0\)"),
+        ({"difficulty": 0.3}, r"difficulty range must be \[lo, hi\] .* got 0\.3"),
+        ({"difficulty": (0.0, 0.3, 0.6)}, r"difficulty range must be \[lo, hi\]"),
+        ({"sizes": {"rl_train": 2, "heldout": -1}},
+         r"sizes\['heldout'\] must be a whole number of at least 0, got -1"),
+        ({"sizes": {"rl_train": 2.5}}, r"sizes\['rl_train'\] must be a whole number"),
+    ],
+)  # fmt: skip
+def test_a_bad_range_or_size_stops_the_build_before_anything_is_written(
+    tmp_path, monkeypatch, change, message
+):
+    """A bad range was found when its domain's generation began: after the split files had
+    been opened (a previous build's data emptied) and the domains before it written; a
+    negative size wrote an empty split, and a fractional one failed part-way."""
+    out = tmp_path / "data"
+    sizes = {"rl_train": 2, "heldout": 1, "sft": 1, "pretrain": 1}
+    build_task_data(out, sizes=sizes, domains=("math", "ocr"), progress=False)
+    before = {p.name: p.read_bytes() for p in out.glob("*.jsonl")}
+    drawn = []
+    for cls in GENERATORS.values():
+        monkeypatch.setattr(cls, "sample", lambda *a: drawn.append(a))
+    args = {"sizes": sizes, "domains": ("math", "ocr"), "progress": False, **change}
+    with pytest.raises(ValueError, match=message):
+        build_task_data(out, **args)
+    assert drawn == []
+    assert {p.name: p.read_bytes() for p in out.glob("*.jsonl")} == before
+
+
+def test_codes_leave_out_the_characters_that_read_alike():
+    """O and 0 (in the monospaced fonts), I and 1 (in the serif ones) cannot be told apart
+    among a code's random characters at 18-24 px with noise; a code's ground truth must be
+    legible. Words keep their letters, and the demo's word range draws as before."""
+    import random
+
+    from rlcs.tasks.ocr import AMBIGUOUS, CODE_CHARS, WORDS, OcrTask
+
+    assert set(AMBIGUOUS) == set("O0I1") and not set(AMBIGUOUS) & set(CODE_CHARS)
+    assert len(CODE_CHARS) == 32
+    task, rng = OcrTask(), random.Random(0)
+    codes = [task.sample(rng, rng.uniform(0.6, 1.0)).answer for _ in range(300)]
+    assert len(set("".join(codes))) == 32 and not set("".join(codes)) & set(AMBIGUOUS)
+    words = [ex.answer for ex in generate("ocr", 50, seed=0, difficulty=(0.0, 0.3))]
+    assert set(words) <= set(WORDS) and any("O" in w or "I" in w for w in words)
+
+
+@pytest.mark.skipif("gui" not in DOMAINS, reason="needs Chromium")
+def test_gui_pages_of_other_sizes_keep_every_element_on_the_page():
+    """The layout was fixed for 112 x 112: on a smaller page the lower elements fell off it
+    (a target box cut to [531, 999, 999, 999], which no verifier can score, on an element the
+    screenshot does not show); a larger page kept them in its top-left corner. The layout now
+    follows the size, and a page too small for its elements is a ValueError saying so."""
+    import random
+
+    from rewards import answer_problem
+    from rlcs.tasks.gui import GuiTask
+
+    for size, difficulty in (((160, 90), 1.0), ((224, 224), 1.0), ((64, 64), 0.0)):
+        task = GuiTask(size=size)
+        try:
+            for seed in range(6):
+                ex = task.sample(random.Random(seed), difficulty)
+                assert ex.image.size == size and answer_problem("gui", ex.answer) is None
+                # the taught click lands on the target element in the rendered page
+                x, y = json.loads(ex.answer_text)["point"]
+                hit = task._page.evaluate(
+                    "([x, y]) => document.elementFromPoint(x, y).textContent",
+                    [x / 999 * size[0], y / 999 * size[1]],
+                )
+                assert ex.prompt.startswith(f"Click the {hit} "), (size, ex.prompt, hit)
+                # the rows spread down the whole page, not its top 112 pixels
+                ys = [int(y) for y in re.findall(r"at \d+,(\d+)", ex.caption)]
+                assert max(ys) > 600 and min(ys) < 200, (size, ex.caption)
+        finally:
+            task.close()
+    task = GuiTask(size=(64, 64))
+    try:
+        with pytest.raises(ValueError, match=r"a 64x64 GUI page is too small for 5 elements"):
+            task.sample(random.Random(0), 1.0)
+    finally:
+        task.close()
+
+
+@pytest.mark.skipif("gui" not in DOMAINS, reason="needs Chromium")
+def test_gui_elements_wider_than_the_layout_allows_are_moved_onto_the_page(monkeypatch):
+    """The layout leaves room for the labels in DejaVu Sans Bold; a label rendered wider (a
+    wider font, longer labels) ran past the page's right edge, and its box was cut there."""
+    import random
+
+    from rlcs.tasks import gui
+
+    monkeypatch.setattr(gui, "LABELS", ["Preferences", "Subscriptions", "Notifications",
+                                        "Downloads", "Accessibility", "Bookmarks"])  # fmt: skip
+    task = gui.GuiTask()
+    try:
+        for seed in range(6):
+            ex = task.sample(random.Random(seed), 1.0)
+            rects = task._page.evaluate(gui.ELEMENT_RECTS, len(ex.meta["labels"]))
+            assert all(x >= 0 and x + w <= 112 for x, _, w, _ in rects), rects
+            x, y = json.loads(ex.answer_text)["point"]
+            hit = task._page.evaluate(
+                "([x, y]) => document.elementFromPoint(x, y).textContent",
+                [x / 999 * 112, y / 999 * 112],
+            )
+            assert ex.prompt.startswith(f"Click the {hit} ")
+    finally:
+        task.close()
