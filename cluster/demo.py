@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cluster.demo_ledger import STAGE_DONE, StageLedger, eval_settings, stage_settings
+from cluster.demo_ledger import (
+    STAGE_DONE,
+    LedgerError,
+    StageLedger,
+    eval_settings,
+    stage_settings,
+)
 from rlcs.config import Config, load_config
 from rlcs.dashboard import DEMO_MARKER  # written when a demo starts: --resume needs it
 
@@ -45,6 +52,22 @@ RL = ["run.eval_every=6"]
 #: comes after it: the RL stage's export, report and shutdown, the held-out evaluation of its
 #: model (7-17 s on two cores) and the demo's report.
 AFTER_RL_S = 45.0
+#: ``--dashboard-port``'s default (cluster/cli.py): the resume command names another one
+DASHBOARD_PORT = 8266
+#: The environment variable whose token ``rlcs dashboard`` asks for when it is set
+DASHBOARD_TOKEN_ENV = "RLCS_DASHBOARD_TOKEN"
+
+
+#: What a finished stage leaves in its directory, that the stages after it read: a stage kept on
+#: ``--resume`` without it would fail them
+STAGE_OUTPUTS = {
+    "data": tuple(f"{split}.jsonl" for split in ("pretrain", "sft", "rl_train", "heldout")),
+    **{name: ("hf/config.json",) for name in ("pretrain", "sft", "rl")},
+}
+
+
+class DemoError(ValueError):
+    """What stops the demo for its settings or its data, said in one line (exit status 2)."""
 
 
 def build_data(cfg: Config, root: Path) -> dict[str, Path]:
@@ -99,15 +122,67 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     )
 
 
+#: ``rlcs dashboard`` in a process that ends when the demo's does, however that ends: a demo
+#: killed outright (``kill``, an OOM) runs no ``finally``, and its server would go on holding
+#: the port that ``rlcs demo --resume`` then finds taken. argv: the demo's pid, then the
+#: ``rlcs`` arguments.
+DASHBOARD_BOOT = """\
+import os, sys, threading, time
+parent = int(sys.argv[1])
+def watch():
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+from cluster.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    """The dashboard server for ``run_dir``, its output in ``log``."""
+    """The dashboard server for ``run_dir``, its output in ``log``; it stops when this process
+    ends (``stop_dashboard`` stops it before)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [str(os.getpid()), "dashboard", str(run_dir), "--port", str(port)]
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "dashboard", str(run_dir), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            [sys.executable, "-c", DASHBOARD_BOOT, *argv], stdout=out, stderr=subprocess.STDOUT
         )
+
+
+def stop_dashboard(dash: subprocess.Popen, timeout_s: float = 5.0) -> None:
+    """Stop the server and wait for it: killed if it does not stop within ``timeout_s``."""
+    dash.terminate()
+    try:
+        dash.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        dash.kill()
+        dash.wait()
+
+
+def dashboard_line(root: Path, port: int) -> str:
+    """What the demo prints where it starts the dashboard: the address, and the token that it
+    asks for when ``$RLCS_DASHBOARD_TOKEN`` is set (the server reads it from there)."""
+    line = f"curriculum dashboard: http://127.0.0.1:{port}/"
+    if os.environ.get(DASHBOARD_TOKEN_ENV):
+        line += f"?token=<${DASHBOARD_TOKEN_ENV}> (it asks for the token in ${DASHBOARD_TOKEN_ENV})"
+    return line + f" (its log: {root / 'dashboard.log'})"
+
+
+def rl_budget_line(budget_s: float, spent_s: float, limit_s: float, iterations: int) -> str:
+    """What the demo says of the time budget as RL starts: RL's limit, or that the stages
+    before it spent the budget, and RL runs one iteration."""
+    if spent_s + AFTER_RL_S + 1.0 >= budget_s:
+        return (
+            f"RL: the demo's {budget_s / 60:g}-minute budget (--minutes) is spent: the stages "
+            f"before RL took {spent_s:.0f}s; RL runs one iteration (run.max_wall_s="
+            f"{limit_s:.0f}) and stops; a larger --minutes, or 0 (no limit), gives it more"
+        )
+    return (
+        f"RL: up to {iterations} iterations, stopping after the one that leaves "
+        f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
+        f"{limit_s:.0f}; --minutes sets the budget, 0 lifts it)"
+    )
 
 
 def run(
@@ -117,6 +192,7 @@ def run(
     resume: bool = False,
     overrides: Sequence[str] = (),
     budget_s: float | None = None,
+    started: float | None = None,
 ) -> dict:
     """The whole demo into ``root``. ``resume`` keeps the stages of an earlier attempt that
     finished with the same settings (see ``StageLedger``). ``overrides`` (``key=value``) change
@@ -124,30 +200,39 @@ def run(
     (``PRETRAIN``, ``SFT``), which therefore keep theirs, and after those for RL (``RL``):
     ``run.iterations=150`` lengthens RL alone, and on ``resume`` leaves the data, pretraining
     and SFT kept. ``budget_s`` bounds the whole demo's wall time: RL gets what the stages
-    before it left, less ``AFTER_RL_S``, as its ``run.max_wall_s`` (at least one iteration)."""
+    before it left, less ``AFTER_RL_S``, as its ``run.max_wall_s`` (at least one iteration).
+    ``started``: the ``time.perf_counter()`` the wall time and the budget count from (the
+    command's start; by default this call's)."""
+    t0 = time.perf_counter() if started is None else started
+    import ray
     from rich.console import Console
-    from rich.table import Table
 
+    from actors.rank_calls import own_error
     from actors.reward import options_from_config
     from cluster.evaluate import evaluate
     from cluster.stage_data import load_stage_data
-    from cluster.train import connect_ray, train
+    from cluster.train import RunFailed, connect_ray, train
+    from rewards.argtypes import listen_error
     from rlcs.runlog import read_metrics
     from rlcs.tasks import SPLITS
 
     console = Console()
-    t0 = time.perf_counter()
+
+    def say(text: str) -> None:
+        """A line as it is: no markup read from its paths, and its commands not wrapped (a
+        command broken over two lines cannot be pasted; logs are 80 columns wide)."""
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     walls: dict[str, float] = {}
     ledger = StageLedger(root, resume)
     root.mkdir(parents=True, exist_ok=True)
     (root / DEMO_MARKER).write_text(json.dumps({"config": str(config)}))
 
     def stage(name: str, fn, settings: dict | None = None, evaluation: bool = False):
-        if settings is not None and ledger.keep(name, settings, feeds_later=not evaluation):
+        outputs = STAGE_OUTPUTS.get(name, ())
+        if settings is not None and ledger.keep(name, settings, not evaluation, outputs):
             console.rule(f"[bold]{name}[/] (kept)")
-            console.print(
-                f"{name}: kept from the earlier attempt (it took {ledger.kept[name]:.0f}s)"
-            )
+            say(f"{name}: kept from the earlier attempt (it took {ledger.kept[name]:.0f}s)")
             walls[name] = 0.0
             return ledger.results.get(name)
         console.rule(f"[bold]{name}")
@@ -162,6 +247,19 @@ def run(
     base = load_config(config, list(overrides))
     stage("data", lambda: build_data(base, root), base.data.model_dump(mode="json")["synthetic"])
     files = {split: root / "data" / f"{split}.jsonl" for split in SPLITS}
+    rl_data = [*RL, *overrides, *data_overrides(files, "rl_train")]
+    rl_sets = [*rl_data, f"model.path={root / 'sft' / 'hf'}"]
+    rl = stage_config(config, root, "rl", rl_sets)
+    # RL's items are read before pretraining: what they refuse (a domain weight for a domain the
+    # data lacks, say) stops the demo here, not after pretraining and SFT; read for the model
+    # the stages start from (an SFT checkpoint there may be one that runs again)
+    try:
+        heldout = load_stage_data(stage_config(config, root, "rl", rl_data), rl.run_dir).eval_items
+    except ValueError as e:
+        raise DemoError(f"the RL stage's data: {e}") from e
+    if not heldout:
+        raise DemoError(f"{files['heldout']} holds no items: the demo measures RL on them "
+                        "(data.synthetic.sizes.heldout)")  # fmt: skip
     pre = stage_config(config, root, "pretrain",
                        [*overrides, *PRETRAIN, *data_overrides(files, "pretrain"),
                         *corpus_overrides(base, files)])  # fmt: skip
@@ -170,67 +268,63 @@ def run(
     sft = stage_config(config, root, "sft", [*overrides, *SFT, *data_overrides(files, "sft"),
                                              f"model.path={root / 'pretrain' / 'hf'}"])  # fmt: skip
     stage("sft", lambda: train(sft), stage_settings(sft))
-    rl_sets = [*RL, *overrides, *data_overrides(files, "rl_train"),
-               f"model.path={root / 'sft' / 'hf'}"]  # fmt: skip
-    rl = stage_config(config, root, "rl", rl_sets)
-    heldout = load_stage_data(rl, rl.run_dir).eval_items
     # the evaluations run alone, on the CPUs that RL's learner and rollout engine take in turn
     cpus = rl.cluster.learner_cpus_per_rank + rl.cluster.rollout_cpus_per_worker
     options, dtype = options_from_config(rl.reward), rl.model.dtype
     scoring = {"reward_options": options, "dtype": dtype}
+
+    def held_out(name: str, model: Path) -> dict:
+        try:
+            return evaluate(model, heldout, rl.rollout, cpus, **scoring)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            if isinstance(e, ray.exceptions.RayActorError):
+                why = f"its rollout worker died ({type(e).__name__})"
+            else:
+                cause = own_error(e)
+                first = (str(cause).strip().splitlines() or [""])[0]
+                why = f"{type(cause).__name__}: {first}".rstrip(": ")
+            raise RunFailed(f"the held-out evaluation ({name}) of {model} stopped: {why}") from e
+
     # kept only with SFT's checkpoint: a stage before it that ran again ends the keeping
-    before = stage("eval after SFT",
-                   lambda: evaluate(root / "sft" / "hf", heldout, rl.rollout, cpus, **scoring),
+    before = stage("eval after SFT", lambda: held_out("eval after SFT", root / "sft" / "hf"),
                    eval_settings(rl.rollout, heldout, cpus, options, dtype),
                    evaluation=True)  # fmt: skip
+    spent = time.perf_counter() - t0
     if budget_s:
-        left = budget_s - (time.perf_counter() - t0) - AFTER_RL_S
+        left = budget_s - spent - AFTER_RL_S
         rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])
 
     def rl_stage() -> None:
         if budget_s:
-            console.print(
-                f"RL: up to {rl.run.iterations} iterations, stopping after the one that leaves "
-                f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
-                f"{rl.run.max_wall_s:.0f}; --minutes sets the budget, 0 lifts it)"
-            )
+            say(rl_budget_line(budget_s, spent, rl.run.max_wall_s, rl.run.iterations))
         dash = None
         if dashboard_port:
-            dash = start_dashboard(rl.run_dir, dashboard_port, root / "dashboard.log")
-            console.print(f"curriculum dashboard: [link]http://127.0.0.1:{dashboard_port}/[/link]"
-                          f" (its log: {root / 'dashboard.log'})")  # fmt: skip
+            # free when the demo started; something may have taken it since
+            if problem := listen_error("127.0.0.1", dashboard_port):
+                say(f"curriculum dashboard: not served ({problem}); `rlcs dashboard {root} "
+                    "--port N` serves it from another shell")  # fmt: skip
+            else:
+                dash = start_dashboard(rl.run_dir, dashboard_port, root / "dashboard.log")
+                say(dashboard_line(root, dashboard_port))
         try:
             # the SFT checkpoint's evaluation is RL's step 0, where the dashboard's curves start
             train(rl, baseline=before)
         finally:
             if dash is not None:
-                dash.terminate()
+                stop_dashboard(dash)
 
     stage("rl", rl_stage, stage_settings(rl))
-    after = stage(
-        "eval after RL", lambda: evaluate(root / "rl" / "hf", heldout, rl.rollout, cpus, **scoring)
-    )
+    after = stage("eval after RL", lambda: held_out("eval after RL", root / "rl" / "hf"))
 
-    wall = time.perf_counter() - t0
     rl_metrics = read_metrics(rl.run_dir)
     rl_rewards = _domain_rewards(rl_metrics)
     rl_iters = max((r["step"] for r in rl_metrics), default=0)
-    table = Table(title=f"held-out pass rate, {len(heldout)} items (greedy)")
-    for col in ("domain", "after SFT", "after RL", "mean RL reward"):
-        table.add_column(col, justify="right" if col != "domain" else "left")
-    for d in [*sorted(k for k in before if k != "all"), "all"]:
-        table.add_row(d, f"{before[d]['pass_rate']:.1%}", f"{after[d]['pass_rate']:.1%}",
-                      f"{rl_rewards.get(d, float('nan')):.3f}" if d != "all" else "")  # fmt: skip
-    console.print(table)
-    console.print(f"wall time {wall:.0f}s: " + ", ".join(
-        f"{k} kept" if k in ledger.kept else f"{k} {v:.0f}s" for k, v in walls.items())
-        + f" ({rl_iters} RL iterations)")  # fmt: skip
     summary = {
         "sft_pass_rate": before["all"]["pass_rate"],
         "rl_pass_rate": after["all"]["pass_rate"],
         "gain_points": 100 * (after["all"]["pass_rate"] - before["all"]["pass_rate"]),
         "min_domain_rl_reward": min(rl_rewards.values()) if rl_rewards else 0.0,
-        "wall_s": wall,
+        "wall_s": None,  # below, once the report's plots are drawn
         "before": before,
         "after": after,
         "stage_wall_s": walls,
@@ -245,56 +339,77 @@ def run(
         ),
         "heldout_items": len(heldout),
     }
-    (root / "demo.json").write_text(json.dumps(summary, indent=2))
-    report = write_demo_report(root, summary)
-    console.print(f"report: {report}")
-    console.print(f"score a checkpoint again, or its samples: rlcs eval {root / 'rl'} --samples 4")
+    plots = demo_plots(root, summary)
+    summary["wall_s"] = time.perf_counter() - t0
+    console.print(result_table(summary))
+    say(wall_line(summary))
+    write_atomically(root / "demo.json", json.dumps(summary, indent=2))
+    report = write_demo_report(root, summary, plots)
+    say(f"report: {report}")
+    say(f"score a checkpoint again, or its samples: rlcs eval {root / 'rl'} --samples 4")
     if summary.get("rl_continue"):
-        console.print(
+        say(
             f"RL stopped after {rl_iters} of its {rl.run.iterations} iterations for the time "
             f"budget; to carry it on from there without a limit: {summary['rl_continue']} "
             f"(then rlcs eval {root / 'rl'})"
         )
-    print(result_line(summary))
+    print(result_line(summary), flush=True)
     return summary
 
 
-def write_demo_report(root: Path, summary: dict) -> Path:
-    """``root/report.md``: the result table, the stages' wall times, the held-out pass rate from
-    the SFT checkpoint (iteration 0) through RL's live evaluations, and the reward per domain,
-    with links to each stage's own report."""
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` whole, or what it held before: never a part of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _domains(before: dict) -> list[str]:
+    return [*sorted(k for k in before if k != "all"), "all"]
+
+
+def result_table(summary: dict):
+    """The table the demo ends with: each domain's held-out pass rate after SFT and after RL,
+    the change in points, and its mean training reward in RL (none for "all", nor for a domain
+    RL drew no items of)."""
+    from rich.table import Table
+
+    before, after, rewards = summary["before"], summary["after"], summary["rl_reward"]
+    table = Table(title=f"held-out pass rate, {summary['heldout_items']} items (greedy)")
+    for col in ("domain", "after SFT", "after RL", "change (points)", "mean RL reward"):
+        table.add_column(col, justify="right" if col != "domain" else "left")
+    for d in _domains(before):
+        a, b = before[d]["pass_rate"], after[d]["pass_rate"]
+        table.add_row(d, f"{a:.1%}", f"{b:.1%}", f"{100 * (b - a):+.1f}",
+                      f"{rewards[d]:.3f}" if d in rewards else "")  # fmt: skip
+    return table
+
+
+def wall_line(summary: dict) -> str:
+    """``wall time 797s: data 38s, ..., (52 RL iterations)``: this attempt's, its stages', and
+    the stages it kept from an earlier one."""
+    kept = summary.get("kept_stages", {})
+    stages = ", ".join(f"{k} kept" if k in kept else f"{k} {v:.0f}s"
+                       for k, v in summary["stage_wall_s"].items())  # fmt: skip
+    return (
+        f"wall time {summary['wall_s']:.0f}s: {stages} "
+        f"({summary.get('rl_iterations', 0)} RL iterations)"
+    )
+
+
+def demo_plots(root: Path, summary: dict) -> list[str]:
+    """Draw the report's plots into ``root/report/``: the held-out pass rate from the SFT
+    checkpoint (iteration 0) through RL's live evaluations, and the reward per domain. The
+    report's lines that show them."""
     from rlcs.report import line_plot
     from rlcs.runlog import read_metrics
 
-    before, after, rewards = summary["before"], summary["after"], summary["rl_reward"]
+    before = summary["before"]
     records = read_metrics(root / "rl")
     plot_dir = root / "report"
     plot_dir.mkdir(exist_ok=True)
-    domains = [*sorted(k for k in before if k != "all"), "all"]
-    lines = [
-        "# rlcs demo",
-        "",
-        "```",
-        result_line(summary),
-        "```",
-        "",
-        f"Held-out pass rate on {summary['heldout_items']} items (greedy):",
-        "",
-        "| domain | after SFT | after RL | change (points) | mean RL reward |",
-        "|---|---|---|---|---|",
-    ]
-    for d in domains:
-        a, b = before[d]["pass_rate"], after[d]["pass_rate"]
-        r = f"{rewards[d]:.3f}" if d in rewards else ""
-        lines.append(f"| {d} | {a:.1%} | {b:.1%} | {100 * (b - a):+.1f} | {r} |")
-    lines += ["", "| stage | wall time (s) |", "|---|---|"]
-    kept = summary.get("kept_stages", {})
-    lines += [f"| {k} | kept from an earlier attempt ({kept[k]:.0f} then) |" if k in kept
-              else f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]  # fmt: skip
-    lines += [f"| total | {summary['wall_s']:.0f} |", ""]
-    if "rl_iterations" in summary:
-        lines += [f"RL ran {summary['rl_iterations']} iterations.", ""]
-
+    domains = _domains(before)
+    lines: list[str] = []
     # iteration 0 is the SFT checkpoint; then RL's live evaluations (run.eval_every)
     # (RL's metrics hold the same figures as step 0, logged from that evaluation for the
     # dashboard, or with run.eval_before_train from one of RL's own)
@@ -319,11 +434,46 @@ def write_demo_report(root: Path, summary: dict) -> Path:
         line_plot(plot_dir / "reward.png", "RL reward per domain (sampled rollouts)", reward,
                   xlabel="RL iteration")  # fmt: skip
         lines += ["![reward per domain](report/reward.png)", ""]
+    return lines
+
+
+def write_demo_report(root: Path, summary: dict, plots: list[str] | None = None) -> Path:
+    """``root/report.md``: the result table, the stages' wall times, the held-out pass rate from
+    the SFT checkpoint (iteration 0) through RL's live evaluations, and the reward per domain,
+    with links to each stage's own report. ``plots``: ``demo_plots``'s lines, when drawn
+    already. Written whole or not at all."""
+    if plots is None:
+        plots = demo_plots(root, summary)
+    before, after, rewards = summary["before"], summary["after"], summary["rl_reward"]
+    lines = [
+        "# rlcs demo",
+        "",
+        "```",
+        result_line(summary),
+        "```",
+        "",
+        f"Held-out pass rate on {summary['heldout_items']} items (greedy):",
+        "",
+        "| domain | after SFT | after RL | change (points) | mean RL reward |",
+        "|---|---|---|---|---|",
+    ]
+    for d in _domains(before):
+        a, b = before[d]["pass_rate"], after[d]["pass_rate"]
+        r = f"{rewards[d]:.3f}" if d in rewards else ""
+        lines.append(f"| {d} | {a:.1%} | {b:.1%} | {100 * (b - a):+.1f} | {r} |")
+    lines += ["", "| stage | wall time (s) |", "|---|---|"]
+    kept = summary.get("kept_stages", {})
+    lines += [f"| {k} | kept from an earlier attempt ({kept[k]:.0f} then) |" if k in kept
+              else f"| {k} | {v:.0f} |" for k, v in summary["stage_wall_s"].items()]  # fmt: skip
+    lines += [f"| total | {summary['wall_s']:.0f} |", ""]
+    if "rl_iterations" in summary:
+        lines += [f"RL ran {summary['rl_iterations']} iterations.", ""]
+    lines += plots
     lines += ["Each stage's own report: " + ", ".join(
         f"[{s}]({s}/report.md)" for s in ("pretrain", "sft", "rl") if (root / s / "report.md").exists()
     ), ""]  # fmt: skip
     out = root / "report.md"
-    out.write_text("\n".join(lines))
+    write_atomically(out, "\n".join(lines))
     return out
 
 
@@ -348,6 +498,7 @@ def _domain_rewards(metrics: list[dict]) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> int:
+    started = time.perf_counter()  # the demo's wall time and its budget count from here
     from cluster.run_lock import LOCK_FILE
     from rewards.argtypes import listen_error
     from rlcs.config import ConfigError
@@ -359,6 +510,16 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config(config, args.overrides)
         if cfg.data.synthetic is None:
             raise ConfigError(f"{config}: the demo builds its data: give a data.synthetic section")
+        from rlcs.tasks import DEFAULT_SIZES
+
+        sizes = {**DEFAULT_SIZES, **cfg.data.synthetic.sizes}
+        if empty := [split for split in DEFAULT_SIZES if sizes[split] < 1]:
+            # each stage would stop at its empty split, the held-out one after RL
+            raise ConfigError(
+                f"data.synthetic.sizes gives no {' and no '.join(empty)} items: the demo "
+                f"pretrains, fine-tunes, runs RL and evaluates on one split each; give each at "
+                "least 1 a domain"
+            )
         if cfg.run.max_wall_s is not None:
             # every stage would take it as its own limit, and cut pretraining or SFT short
             raise ConfigError(
@@ -411,20 +572,29 @@ def main(args: argparse.Namespace) -> int:
     from cluster.train import RunFailed
     from rlcs.tasks.gui import ChromiumMissing
 
+    port = (
+        [f"--dashboard-port={args.dashboard_port}"] if args.dashboard_port != DASHBOARD_PORT else []
+    )
     again = shlex.join(
         ["rlcs", "demo", "--resume", "--run-dir", str(root)]
         + (["--config", str(config)] if args.config else [])
         + [a for kv in args.overrides for a in ("--set", kv)]
         + [f"--minutes={args.minutes:g}"]
+        + port  # another port than the default: the default may be the one that was taken
     )
+    from rlcs.data import DatasetError
+
     try:
         budget = 60 * args.minutes if args.minutes else None
-        run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides, budget)
+        run(config, root.resolve(), args.dashboard_port, args.resume, args.overrides, budget,
+            started=started)  # fmt: skip
     except KeyboardInterrupt:
         print(f"rlcs demo: interrupted; the stages that finished are kept: continue with "
               f"`{again}`", file=sys.stderr)  # fmt: skip
         return 130
-    except ChromiumMissing as e:  # the data made again on --resume (other settings)
+    except (ChromiumMissing, DemoError, LedgerError, DatasetError, ConfigError) as e:
+        # the data made again on --resume (other settings) without a browser; data that RL
+        # refuses; a stage record that cannot be read
         print(f"rlcs demo: {e}", file=sys.stderr)
         return 2
     except (RunFailed, PlacementError) as e:  # an actor died, a checkpoint could not be written

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,10 @@ def eval_settings(
             "heldout": [it.id for it in heldout], "cpus": cpus}  # fmt: skip
 
 
+class LedgerError(ValueError):
+    """A stage's completion record that ``--resume`` cannot read."""
+
+
 class StageLedger:
     """Which stages of a resumed demo are kept: those that finished with the same settings, up
     to the first that did not. That stage and every later one run again, from an empty
@@ -80,11 +84,18 @@ class StageLedger:
     def _marker(self, name: str) -> Path:
         return self.root / STAGE_DIRS.get(name, name) / STAGE_DONE
 
-    def keep(self, name: str, settings: dict, feeds_later: bool = True) -> bool:
+    def keep(
+        self, name: str, settings: dict, feeds_later: bool = True, outputs: Sequence[str] = ()
+    ) -> bool:
+        """Whether stage ``name`` is kept; if not, its directory is removed. An evaluation
+        (``feeds_later=False``) is kept only with the figures it recorded; a stage with
+        ``outputs`` (paths in its directory), only while they all exist (a model removed since
+        is made again)."""
         marker = self._marker(name)
         if self.keeping and marker.is_file():
-            done = json.loads(marker.read_text())
-            if done.get("settings") == settings:
+            done = self._read(name, marker)
+            whole = all((marker.parent / out).exists() for out in outputs)
+            if done.get("settings") == settings and whole and (feeds_later or "result" in done):
                 self.kept[name] = done["wall_s"]
                 if "result" in done:
                     self.results[name] = done["result"]
@@ -94,6 +105,23 @@ class StageLedger:
         if marker.parent.exists():
             shutil.rmtree(marker.parent)
         return False
+
+    @staticmethod
+    def _read(name: str, marker: Path) -> dict:
+        """A finished stage's record, or a LedgerError that says which file and what to do: a
+        record that cannot be read is not taken for a finished stage, nor quietly run again."""
+        try:
+            done = json.loads(marker.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            why = getattr(e, "strerror", None) or str(e)
+        else:
+            if isinstance(done, dict) and isinstance(done.get("wall_s"), (int, float)):
+                return done
+            why = "not a stage record: no wall_s"
+        raise LedgerError(
+            f"--resume: {marker} cannot be read ({why}); remove that file and the {name} stage "
+            "runs again, with every stage after it"
+        )
 
     def finished(self, name: str, settings: dict, wall_s: float, result: Any = None) -> None:
         marker = self._marker(name)

@@ -64,7 +64,8 @@ def line_plot(
 
 
 def write_report(run_dir: str | Path, title: str | None = None) -> Path:
-    """Plot the run's metrics into ``RUN_DIR/report/`` and write ``RUN_DIR/report.md``."""
+    """Plot the run's metrics into ``RUN_DIR/report/`` and write ``RUN_DIR/report.md``
+    (atomically)."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir)
     plot_dir = run_dir / "report"
@@ -91,5 +92,8 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
         lines += [f"| {k} | {v:.4g} |" for k, v in sorted(last.items()) if isinstance(v, float)]
         lines.append("")
     out = run_dir / "report.md"
-    out.write_text("\n".join(lines))
+    # whole or not at all: a run stopped while it writes keeps the report it had
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.replace(out)
     return out

@@ -1,5 +1,7 @@
 """`rlcs demo`'s own report.md, from a demo-shaped run directory (no training)."""
 
+import pytest
+
 import rlcs.report
 from cluster.demo import _domain_rewards, result_line, write_demo_report
 from rlcs.runlog import RunLog, read_metrics
@@ -52,3 +54,36 @@ def test_the_held_out_curve_starts_at_the_sft_checkpoint(tmp_path, monkeypatch):
     assert curve["math"] == ([0, 2, 4], [0.5, 0.6, 0.7])
     assert curve["all"] == ([0, 2, 4], [0.75, 0.8, 0.85])
     assert drawn["reward.png"]["ocr"] == ([1, 2, 3, 4], [0.9] * 4)
+
+
+def test_the_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import pathlib
+
+    summary = _demo_root(tmp_path)
+    (tmp_path / "report.md").write_text("the earlier attempt's report")
+    real = pathlib.Path.write_text
+
+    def torn(self, text, *a, **k):  # the disk fills half-way
+        real(self, text[:10], *a, **k)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", torn)
+    with pytest.raises(OSError):
+        write_demo_report(tmp_path, summary)
+    monkeypatch.setattr(pathlib.Path, "write_text", real)
+    assert (tmp_path / "report.md").read_text() == "the earlier attempt's report"
+
+
+def test_the_table_shows_no_reward_for_a_domain_rl_did_not_draw(tmp_path):
+    from rich.console import Console
+
+    from cluster.demo import result_table
+
+    summary = _demo_root(tmp_path)
+    summary["rl_reward"] = {"math": 0.25}  # no OCR item drawn (data.domain_weights)
+    console = Console(width=100, record=True)
+    console.print(result_table(summary))
+    text = console.export_text()
+    assert "nan" not in text and "change (points)" in text
+    row = next(line for line in text.splitlines() if "ocr" in line)
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["ocr", "100.0%", "100.0%", "+0.0", ""]

@@ -20,7 +20,7 @@ def args(run_dir, resume=False, config=None, overrides=(), minutes=14.0):
 def test_ctrl_c_says_the_command_that_continues_with_the_same_flags(tmp_path, monkeypatch, capsys):
     seen = {}
 
-    def interrupted(config, root, port, resume, overrides, budget_s):
+    def interrupted(config, root, port, resume, overrides, budget_s, started=None):
         seen["budget_s"] = budget_s
         raise KeyboardInterrupt
 
@@ -29,7 +29,7 @@ def test_ctrl_c_says_the_command_that_continues_with_the_same_flags(tmp_path, mo
     assert demo.main(args(root, overrides=["run.iterations=150"], minutes=0)) == 130
     assert seen["budget_s"] is None  # --minutes 0: no limit
     err = capsys.readouterr().err
-    assert f"rlcs demo --resume --run-dir {root} --set run.iterations=150 --minutes=0" in err
+    assert f"rlcs demo --resume --run-dir {root} --set run.iterations=150 --minutes=0 " in err
     assert demo.main(args(root, resume=True, minutes=2.5)) == 130
     assert seen["budget_s"] == 150.0
     assert "--minutes=2.5" in capsys.readouterr().err
@@ -40,7 +40,7 @@ def test_a_stage_stopped_by_a_failure_says_why_and_the_command_that_continues(
 ):
     from cluster.train import RunFailed
 
-    def failed(config, root, port, resume, overrides, budget_s):
+    def failed(config, root, port, resume, overrides, budget_s, started=None):
         raise RunFailed("a Learner actor died (ActorDiedError); the run stopped. ...")
 
     monkeypatch.setattr(demo, "run", failed)
@@ -48,7 +48,10 @@ def test_a_stage_stopped_by_a_failure_says_why_and_the_command_that_continues(
     assert demo.main(args(root)) == 1
     err = capsys.readouterr().err
     assert err.startswith("rlcs demo: a Learner actor died (ActorDiedError); the run stopped.")
-    assert f"kept: continue with `rlcs demo --resume --run-dir {root} --minutes=14`" in err
+    assert (
+        f"kept: continue with `rlcs demo --resume --run-dir {root} --minutes=14 "
+        "--dashboard-port=0`" in err
+    )
 
 
 def test_a_used_directory_needs_resume_and_a_demo_in_it(tmp_path, capsys):
@@ -227,14 +230,14 @@ def test_no_chromium_for_the_gui_pages_is_said_before_anything_is_written(
     from rlcs.tasks import gui
 
     monkeypatch.setenv(gui.CHROMIUM_ENV, str(tmp_path / "no-chromium-here"))
-    monkeypatch.setattr(demo, "run", lambda *a: pytest.fail("the demo started"))
+    monkeypatch.setattr(demo, "run", lambda *a, **k: pytest.fail("the demo started"))
     root = tmp_path / "demo"
     assert demo.main(args(root)) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlcs demo: $RLCS_CHROMIUM=") and "not an executable file" in err
     assert not root.exists()
     # without the GUI domain no browser is needed
-    monkeypatch.setattr(demo, "run", lambda *a: None)
+    monkeypatch.setattr(demo, "run", lambda *a, **k: None)
     assert demo.main(args(root, overrides=["data.synthetic.domains=[math,ocr]"])) == 0
     # nor for a demo resumed after its data stage finished
     from rlcs.dashboard import DEMO_MARKER
@@ -244,3 +247,32 @@ def test_no_chromium_for_the_gui_pages_is_said_before_anything_is_written(
     (resumed / DEMO_MARKER).write_text("{}")
     (resumed / "data" / demo_ledger.STAGE_DONE).write_text("{}")
     assert demo.main(args(resumed, resume=True)) == 0
+
+
+@pytest.mark.parametrize(
+    "record",
+    ['{"settings": {"lr": 1}, "wall_s"', "[1, 2]", '{"settings": {"lr": 1}}', "\udcff"],
+    ids=["torn", "not-an-object", "no-wall-time", "not-utf8"],
+)
+def test_a_stage_record_that_cannot_be_read_is_a_clear_error(tmp_path, record):
+    ledger = demo_ledger.StageLedger(tmp_path, resume=False)
+    ledger.finished("data", {"lr": 1}, wall_s=1.0)
+    marker = tmp_path / "data" / demo_ledger.STAGE_DONE
+    marker.write_bytes(record.encode("utf-8", "surrogateescape"))
+    with pytest.raises(demo_ledger.LedgerError) as e:
+        demo_ledger.StageLedger(tmp_path, resume=True).keep("data", {"lr": 1})
+    assert str(e.value).startswith(f"--resume: {marker} cannot be read (")
+    assert "remove that file and the data stage runs again" in str(e.value)
+    assert marker.is_file()  # nothing removed
+    # without --resume the record is not read: the stage runs again from an empty directory
+    assert not demo_ledger.StageLedger(tmp_path, resume=False).keep("data", {"lr": 1})
+    assert not (tmp_path / "data").exists()
+
+
+def test_an_evaluation_without_its_figures_is_not_kept(tmp_path):
+    ledger = demo_ledger.StageLedger(tmp_path, resume=False)
+    ledger.finished("eval after SFT", {"cpus": 2}, wall_s=9.0)  # no result recorded
+    again = demo_ledger.StageLedger(tmp_path, resume=True)
+    assert not again.keep("eval after SFT", {"cpus": 2}, feeds_later=False)
+    assert again.keeping  # it decides nothing for the stages after it
+    assert not (tmp_path / "eval-sft").exists()
