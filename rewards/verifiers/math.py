@@ -172,13 +172,20 @@ def _is_inequality(x: sympy.Basic) -> bool:
     )
 
 
-def _as_set(x: sympy.Basic) -> sympy.Basic:
-    """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities, and a chained
-    ``-3 \\leq x < 3`` (read as both inequalities) as ``[-3, 3)``."""
+def _is_condition(x: sympy.Basic) -> bool:
+    """A one-variable inequality or chain of them, which ``_as_set`` reads as its set."""
     inequality = _is_inequality(x) or (
         isinstance(x, sympy.And) and all(_is_inequality(arg) for arg in x.args)
     )
-    if inequality and len(x.free_symbols) == 1:
+    return inequality and len(x.free_symbols) == 1
+
+
+def _as_set(x: sympy.Basic) -> sympy.Basic:
+    """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities, and a chained
+    ``-3 \\leq x < 3`` (read as both inequalities) as ``[-3, 3)``. A ``MathParseError`` for
+    one SymPy cannot solve quickly (``x^{50} + x > 3``: ``mp.check_condition``)."""
+    if _is_condition(x):
+        mp.check_condition(x)
         try:
             return x.as_set()
         except (NotImplementedError, TypeError, ValueError):
@@ -487,9 +494,14 @@ class MathVerifier(Verifier):
             p = mp.to_sympy(pred)
         except mp.MathParseError as e:
             return Verdict(0.0, "parse", str(e))
+        if p != g and _is_condition(g):
+            try:  # a truth SymPy cannot solve quickly is the truth's fault, not the answer's
+                mp.check_condition(g)
+            except mp.MathParseError as e:
+                return Verdict(0.0, None, f"ground truth unparsable ({e}); exact match only")
         try:
             return Verdict(float(equal(p, g, rel_tol) or _equal_as_complex(p, g, rel_tol)))
-        except Undecided as e:
+        except mp.MathParseError as e:  # Undecided, or a condition too costly to solve
             return Verdict(0.0, "parse", str(e))
         except OverflowError:  # mpmath's working precision of a value too large to evaluate
             return Verdict(0.0, "parse", "too large to compare exactly")

@@ -204,3 +204,99 @@ def test_an_empty_ground_truth_is_an_answer_error(scorer, truth):
 def test_a_double_superscript_is_still_refused(pred):
     res = MathVerifier().verify(pred, "1", {})
     assert (res.reward, res.error) == (0.0, "parse") and "double superscript" in res.detail
+
+
+#: conditions whose polynomial SymPy's ``as_set`` would solve for seconds or minutes (the
+#: first ran until the worker's timeout): alone, joined by "or" or "and", in a chain, in
+#: set-builder notation, as equations, under a radical, a function or a denominator
+_COSTLY_CONDITIONS = [
+    ("x^{50}+x > 3", "degree 50"),
+    ("x^{50}+x > 3 \\text{ or } x < -5", "degree 50"),
+    ("x^{50}+x > 3 \\text{ and } x < 5", "degree 50"),
+    ("-3 < x^{50}+x < 3", "degree 50"),
+    ("\\{x \\mid x^{50}+x>3\\}", "degree 50"),
+    ("\\{x \\in \\mathbb{R} : x^{50}+x>3 \\text{ or } x < 0\\}", "degree 50"),
+    ("\\{x \\mid x^{50}+x=3\\}", "degree 50"),
+    ("x = 2 \\text{ or } x^{50}+x = 3", "degree 50"),
+    ("x^{20}+x \\geq 3", "degree 20"),  # 2 s
+    ("x^4 + x > 3", "degree 4"),  # 0.8 s, and SymPy gives up (a ConditionSet)
+    ("\\sqrt[50]{x} + x > 3", "degree 50"),  # x^{1/50} = y: y^{50} + y > 3
+    ("2^{x^{50}+x} > 8", "degree 50"),
+    ("|x^{50}+x| < 3", "degree 50"),
+    ("\\frac{x-1}{x^{50}+x-3} > 0", "degree 50"),
+    ("\\frac{1}{x-1} + \\frac{1}{x-2} + \\frac{1}{x-3} > 3", "degree 3"),  # 3 s
+    ("(x-1)^{1000} > 0", "total degree 1000"),
+]
+
+
+@pytest.mark.parametrize(("pred", "degree"), _COSTLY_CONDITIONS)
+def test_a_condition_too_costly_to_solve_is_a_parse_error_at_once(scorer, pred, degree):
+    """x^{50} + x > 3 ran SymPy's inequality solver until the worker was killed: a timeout,
+    and a worker lost, for each such answer. Its degree is read from the tree first."""
+    import time
+
+    start = time.monotonic()
+    res = scorer.score("math", glm(pred), "(1, \\infty)")  # in a worker: a regression times out
+    assert (res.reward, res.error) == (0.0, "parse"), res
+    assert f"a condition of {degree} is too costly to solve" in res.detail
+    assert time.monotonic() - start < 2.0
+
+
+def test_a_ground_truth_too_costly_to_solve_is_matched_by_its_text_only():
+    """As any unparsable truth: the answer is not at fault (no parse error), and the same
+    text, or the same expression, still matches."""
+    import time
+
+    start = time.monotonic()
+    res = V.verify("(1, \\infty)", "x^{50}+x > 3", {})
+    assert (res.reward, res.error) == (0.0, None)
+    assert res.detail.startswith("ground truth unparsable (a condition of degree 50")
+    assert V.verify("x^{50} + x > 3", "x^{50}+x>3", {}).reward == 1.0
+    assert V.verify("x^{50}+x>3", "x^{50}+x>3", {}).reward == 1.0
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt"),
+    [
+        ("x^2 > 1", "(-\\infty,-1)\\cup(1,\\infty)"),
+        ("x^2 - 3x + 2 < 0", "(1, 2)"),
+        ("1 < x^2 < 4", "(-2,-1)\\cup(1,2)"),
+        ("x^2 = 4 \\text{ or } x = 5", "\\{-2, 2, 5\\}"),
+        ("\\{x \\mid x^2 - 1 > 0\\}", "(-\\infty,-1)\\cup(1,\\infty)"),
+        # a binomial at once, whatever its degree
+        ("x^3 > 8", "(2, \\infty)"),
+        ("x^{50} > 3", "(-\\infty, -3^{1/50}) \\cup (3^{1/50}, \\infty)"),
+        ("\\{x \\mid x^3 = 8\\}", "\\{2\\}"),
+        # factors of degree 2 at most, 4 in all, as written or multiplied out
+        ("(x-1)(x-2)(x-3) > 0", "(1,2)\\cup(3,\\infty)"),
+        ("(x^2-1)(x^2-4) < 0", "(-2,-1)\\cup(1,2)"),
+        ("x^3 - x > 0", "(-1, 0) \\cup (1, \\infty)"),
+        ("x^3 - 6x^2 + 11x - 6 > 0", "(1,2)\\cup(3,\\infty)"),
+        ("x^4 - 5x^2 + 4 < 0", "(-2,-1)\\cup(1,2)"),
+        ("\\{x \\mid x^3 - 6x^2 + 11x - 6 = 0\\}", "\\{1, 2, 3\\}"),
+        ("\\frac{x-1}{x+2} \\geq 0", "(-\\infty,-2)\\cup[1,\\infty)"),
+        # radicals, absolute values and functions of a low degree
+        ("\\sqrt{x+3} > 2", "(1, \\infty)"),
+        ("|x - 1| + |x + 1| < 4", "(-2, 2)"),
+        ("|x^2-4| < 3", "(-\\sqrt{7}, -1) \\cup (1, \\sqrt{7})"),
+        ("\\log_2 x > 3", "(8, \\infty)"),
+    ],
+)
+def test_conditions_of_a_low_degree_still_match_their_sets(pred, gt):
+    assert V.verify(pred, gt, {}) == (1.0, None, None)
+    assert V.verify(gt, pred, {}) == (1.0, None, None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "error"),
+    [
+        ("\\sin x > 0", "(0, \\pi)", None),  # periodic: SymPy refuses at once, no set to match
+        ("x^x > 2", "(2, \\infty)", None),  # SymPy gives up at once (a ConditionSet)
+        ("\\{x \\mid \\sin x = 0\\}", "\\{0\\}", "parse"),  # set-builder: cannot solve it
+    ],
+)
+def test_conditions_of_no_polynomial_pass_the_guard_and_fail_as_before(pred, gt, error):
+    res = V.verify(pred, gt, {})
+    assert (res.reward, res.error) == (0.0, error)
+    assert "too costly" not in (res.detail or "")

@@ -362,3 +362,49 @@ def test_the_fast_parser_reads_log_as_the_grammar_does(text):
     from rewards.verifiers.math import equal
 
     assert equal(latex_fast.parse(text), latex2sympy(text), 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "reward"),
+    [
+        # \\log_e was a parse error: the grammar reads e as its constant, and has no rule for
+        # it as a base (it reads \\log_{e})
+        ("\\log_e 100", "\\ln 100", 1.0),
+        ("\\log_e 100", "2", 0.0),
+        ("\\log_e x", "\\ln x", 1.0),
+        ("\\log_e e^{2}", "2", 1.0),
+        ("\\log_{e} 100", "\\log_e 100", 1.0),
+        ("\\log_2 8", "3", 1.0),
+        ("\\log_2(8)", "3", 1.0),
+        ("\\log _2 8", "3", 1.0),
+        ("\\log_2 x", "\\frac{\\ln x}{\\ln 2}", 1.0),
+        ("\\log_b x", "\\frac{\\ln x}{\\ln b}", 1.0),
+        ("\\log_\\pi \\pi^{3}", "3", 1.0),
+        ("\\log_{10}100", "2", 1.0),
+        ("\\log_{10} 100", "2", 1.0),
+        # an unbraced base is one number, all its digits, as x^23 is x^{23}, and as
+        # latex2sympy2_extended (math-verify's parser) reads it: TeX would print log_1 0100
+        ("\\log_10 100", "2", 1.0),
+        ("\\log_10 100", "\\log_{10} 100", 1.0),
+        ("2\\log_2 8", "6", 1.0),
+    ],
+)
+def test_a_log_base_without_braces_is_one_letter_or_number(pred, gt, reward):
+    assert V.verify(pred, gt, {}) == (reward, None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "normal"),
+    [
+        ("\\log_e 100", "\\log_{e} 100"),
+        ("\\log_10 100", "\\log_{10} 100"),
+        ("\\log _2x", "\\log_{2}x"),
+        ("\\log_\\pi x", "\\log_{\\pi} x"),
+        ("\\log_{10} 100", "\\log_{10} 100"),
+        ("\\log_\\frac{1}{2} 8", "\\log_\\frac{1}{2} 8"),  # a command with arguments: as it is
+    ],
+)
+def test_an_unbraced_log_base_is_braced_for_the_grammar(text, normal):
+    from rewards.verifiers.math_parse import normalize
+
+    assert normalize(text) == normal
