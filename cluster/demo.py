@@ -275,7 +275,7 @@ def run(
 
     def held_out(name: str, model: Path) -> dict:
         try:
-            return evaluate(model, heldout, rl.rollout, cpus, **scoring)
+            return evaluate(model, heldout, rl.rollout, cpus, **scoring, progress=True, desc=name)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
             if isinstance(e, ray.exceptions.RayActorError):
                 why = f"its rollout worker died ({type(e).__name__})"

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
@@ -245,11 +246,20 @@ def evaluate(
     num_cpus: float = 1.0,
     reward_options: Mapping[str, Any] | None = None,
     dtype: str = "float32",
+    progress: bool = False,
+    desc: str = "eval",
 ) -> dict[str, dict[str, float]]:
     """Per-domain pass rate (reward 1) and mean reward of one greedy answer per item, from a
-    worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one)."""
-    records = answer_items(model_path, items, rollout, num_cpus=num_cpus,
-                           reward_options=reward_options, dtype=dtype)  # fmt: skip
+    worker that reserves ``num_cpus`` and runs that many threads (rounded, at least one).
+
+    With ``progress``, a bar (``desc``) counts the items answered: they go to the worker in
+    about eight calls of at least 64 items instead of one, and each is scored while the worker
+    answers the next. The greedy answers are those of one call (the demo's 512 held-out items:
+    all 512 alike, in 11 s against 25)."""
+    batch = max(64, math.ceil(len(items) / 8)) if progress else None
+    records = answer_items(model_path, items, rollout, num_cpus=num_cpus, batch_items=batch,
+                           reward_options=reward_options, dtype=dtype, progress=progress,
+                           desc=desc)  # fmt: skip
     return figures(eval_summary(records))
 
 

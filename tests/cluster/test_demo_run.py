@@ -34,6 +34,7 @@ class Stages:
     def __init__(self):
         self.trained: list = []
         self.evaluated: list[Path] = []
+        self.bars: list[tuple[bool, str]] = []
         self.rl_iterations = 3
         self.fail_eval: BaseException | None = None
 
@@ -52,8 +53,10 @@ class Stages:
         (run_dir / "report.md").write_text(f"# {cfg.stage}")
         return run_dir
 
-    def evaluate(self, model, items, rollout, num_cpus=1.0, reward_options=None, dtype="float32"):
+    def evaluate(self, model, items, rollout, num_cpus=1.0, reward_options=None, dtype="float32",
+                 progress=False, desc="eval"):  # fmt: skip
         self.evaluated.append(Path(model))
+        self.bars.append((progress, desc))
         if self.fail_eval is not None:
             raise self.fail_eval
         rates = SFT_RATES if Path(model).parent.name == "sft" else RL_RATES
@@ -117,6 +120,8 @@ def test_the_result_line_and_the_table_come_from_the_same_held_out_figures(
     for png in re.findall(r"\]\((report/[^)]+\.png)\)", report):  # every plot it shows exists
         assert (root / png).is_file()
     assert [p.parent.name for p in stages.evaluated] == ["sft", "rl"]
+    # each held-out evaluation shows a progress bar of its own
+    assert stages.bars == [(True, "eval after SFT"), (True, "eval after RL")]
 
 
 def test_the_wall_time_counts_from_the_commands_start_to_the_drawn_report(
