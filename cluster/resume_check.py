@@ -238,6 +238,7 @@ def _items_of(synthetic: dict, split: str) -> dict:
         "size": syn.sizes.get(split, DEFAULT_SIZES[split]),
         "seed": syn.seed,
         "text_only": syn.text_only,
+        "heldout": syn.heldout,
         "difficulty": {d: list(syn.difficulty_of(d)) for d in syn.domains},
     }
 

@@ -181,7 +181,7 @@ def build_synthetic(syn: SyntheticDataConfig, out: Path) -> dict[str, Path]:
     domains = tuple(syn.domains)
     return build_task_data(out, sizes=dict(syn.sizes), domains=domains, seed=syn.seed,
                            difficulty={d: syn.difficulty_of(d) for d in domains},
-                           text_only=syn.text_only)  # fmt: skip
+                           text_only=syn.text_only, heldout=syn.heldout)  # fmt: skip
 
 
 def absolute_images(item: Item, base: Path) -> Item:

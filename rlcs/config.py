@@ -123,6 +123,13 @@ class SyntheticDataConfig(Section):
         description="A [lo, hi] range for some domains instead of `difficulty`: {ocr: [0.4, 0.6]}.",
     )
     seed: int = 0
+    heldout: Literal["drawn", "apart"] = Field(
+        "drawn",
+        description="How the held-out split is drawn: like the others ('drawn'; at a low "
+        "difficulty most of its tasks then also occur in training, and for math and OCR often "
+        "the very image), or from one task in five that the training splits never hold "
+        "('apart': the held-out figures then measure unseen tasks).",
+    )
 
     @model_validator(mode="after")
     def _domains_it_can_build(self) -> SyntheticDataConfig:

@@ -8,6 +8,7 @@ writes, for each domain, the RL items (train and held-out splits, in the dataset
 
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
 import random
@@ -73,6 +74,44 @@ def _draw(domain: str, n: int, seed: int, lo: float, hi: float, generator: TaskG
             gen.close()
 
 
+#: ``heldout="apart"``: one task in this many belongs to the held-out split alone
+HELDOUT_SHARE = 5
+#: how the held-out split is drawn: like the others ("drawn"), or from tasks kept apart
+HELDOUT_MODES = ("drawn", "apart")
+
+
+def held_apart(ex: Example) -> bool:
+    """Whether ``ex``'s task (``Example.task``) is one of those the held-out split keeps to
+    itself under ``heldout="apart"``: one in ``HELDOUT_SHARE``, by a hash of the domain and the
+    task, the same for every seed and split."""
+    key = f"{ex.domain}\n{ex.task()}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % HELDOUT_SHARE == 0
+
+
+def _draw_apart(
+    domain: str, n: int, seed: int, lo: float, hi: float, gen: TaskGenerator, held: bool
+):
+    """``n`` examples, drawn as ``_draw`` draws them, of the held-out tasks (``held``) or of
+    the others; a ValueError when the draws find too few of them (a difficulty range whose
+    tasks are so few that none, or nearly none, falls on that side)."""
+    rng = random.Random(f"{domain}:{seed}")
+    made = tries = 0
+    while made < n:
+        ex = gen.sample(rng, rng.uniform(lo, hi))
+        tries += 1
+        if held_apart(ex) == held:
+            made += 1
+            yield ex
+        elif tries - made > 50 * made + 500:
+            side = "held-out" if held else "training"
+            raise ValueError(
+                f"{domain}: {made} of {n} {side} examples in {tries} draws at difficulty "
+                f"[{lo:g}, {hi:g}]: too few of its tasks there fall on the {side} side of "
+                f"heldout=apart (one task in {HELDOUT_SHARE} is held out); widen the "
+                "difficulty range, or draw the held-out split like the others (heldout=drawn)"
+            )
+
+
 def _difficulty_range(difficulty, where: str = "") -> tuple[float, float]:
     """``difficulty`` as ``(lo, hi)``, or a ValueError saying what a range must be."""
     try:
@@ -102,6 +141,7 @@ def build_task_data(
     difficulty: tuple[float, float] | dict[str, tuple[float, float]] = (0.0, 1.0),
     progress: bool = True,
     text_only: bool = False,
+    heldout: str = "drawn",
 ) -> dict[str, Path]:
     """Write ``rl_train.jsonl``, ``heldout.jsonl``, ``sft.jsonl`` and ``pretrain.jsonl`` (with
     their images) under ``out_dir``; return the path of each split.
@@ -110,6 +150,12 @@ def build_task_data(
     [lo, hi] range for every domain, or a range per domain (every domain in ``domains`` named).
     ``text_only`` writes the task into the prompt and no images (for text-only models); only
     math and OCR can do that.
+
+    ``heldout``: "drawn" draws the held-out split like the others, from a seed of its own; at a
+    low difficulty the tasks come from small sets, so most held-out tasks then also occur in
+    the training splits (and a math or OCR image, drawn the same for the same task, is often
+    the very image). "apart" keeps one task in ``HELDOUT_SHARE`` (``held_apart``) to the
+    held-out split and the rest to the training splits, which then share no task with it.
 
     Everything is checked before anything is written: an unknown domain or split is a
     ValueError naming the valid ones, so is a difficulty range outside [0, 1] or a size that
@@ -132,6 +178,8 @@ def build_task_data(
         ranges = {d: _difficulty_range(difficulty[d], f" of {d}") for d in domains}
     else:
         ranges = {d: _difficulty_range(difficulty) for d in domains}
+    if heldout not in HELDOUT_MODES:
+        raise ValueError(f"heldout must be one of {', '.join(HELDOUT_MODES)}, got {heldout!r}")
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     for split, size in sizes.items():
         if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:
@@ -147,8 +195,12 @@ def build_task_data(
             gen = GENERATORS[domain]()  # one per domain: the GUI one's browser serves every split
             try:
                 for k, split in enumerate(SPLITS):
-                    examples = generate(domain, sizes[split], seed=seed * 1000 + k,
-                                        difficulty=ranges[domain], generator=gen)  # fmt: skip
+                    if heldout == "apart":
+                        examples = _draw_apart(domain, sizes[split], seed * 1000 + k,
+                                               *ranges[domain], gen, split == "heldout")  # fmt: skip
+                    else:
+                        examples = generate(domain, sizes[split], seed=seed * 1000 + k,
+                                            difficulty=ranges[domain], generator=gen)  # fmt: skip
                     for i, ex in enumerate(examples):
                         item_id = f"{domain}-{split}-{i:05d}"
                         if text_only:

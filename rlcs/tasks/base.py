@@ -33,6 +33,12 @@ class Example:
     meta: dict[str, Any] = field(default_factory=dict)
     text_prompt: str | None = None  # the task with the image's content written out, if it can be
 
+    def task(self) -> str:
+        """What the example asks, apart from how its image draws it: a math expression, or the
+        prompt with the answer (an OCR word, a grounding target with its box, a GUI instruction
+        with its click). Two examples of one task are the same question on other pixels."""
+        return str(self.meta.get("expression") or f"{self.prompt}\n{self.answer_text}")
+
     def response(self) -> str:
         """The SFT target in the recipe's format, with exactly one box."""
         return f"<think>{self.reasoning}</think><answer>{BOX_OPEN}{self.answer_text}{BOX_CLOSE}</answer>"

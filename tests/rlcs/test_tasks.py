@@ -404,3 +404,47 @@ def test_gui_elements_wider_than_the_layout_allows_are_moved_onto_the_page(monke
             assert ex.prompt.startswith(f"Click the {hit} ")
     finally:
         task.close()
+
+
+def _tasks(path: Path) -> list[str]:
+    """Each row's task as ``Example.task`` names it: the math expression in its meta, else
+    the prompt with the answer (a pretraining row: its caption, which names the task)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [
+        str(r.get("meta", {}).get("expression") or f"{r.get('prompt')}\n{r.get('answer')}")
+        for r in rows
+        if "text" not in r
+    ]
+
+
+def test_a_held_out_split_kept_apart_shares_no_task_with_training(tmp_path):
+    """By default the easy range's held-out tasks nearly all occur in training too (and a math
+    image is the task's own, so often the very image); with heldout=apart none does."""
+    sizes = {"rl_train": 40, "heldout": 12, "sft": 20, "pretrain": 20}
+    kw = {"sizes": sizes, "domains": ("math", "ocr"), "difficulty": (0.0, 0.3), "progress": False}
+    drawn = build_task_data(tmp_path / "drawn", **kw)
+    apart = build_task_data(tmp_path / "apart", heldout="apart", **kw)
+    trained = set(_tasks(drawn["rl_train"])) | set(_tasks(drawn["sft"]))
+    shared = [t for t in _tasks(drawn["heldout"]) if t in trained]
+    assert len(shared) > len(_tasks(drawn["heldout"])) // 2  # what "apart" is for
+    held = _tasks(apart["heldout"])
+    trained = set(_tasks(apart["rl_train"])) | set(_tasks(apart["sft"]))
+    assert len(held) == 24 and not set(held) & trained
+    captions = apart["pretrain"].read_text()  # the captions name no held-out expression
+    math_held = {t for t in held if "\n" not in t}
+    assert math_held and not [e for e in math_held if f"expression {e}," in captions]
+    # the same tasks on every build: a hash of the task, not a draw
+    again = build_task_data(tmp_path / "again", heldout="apart", **kw)
+    assert again["heldout"].read_text() == apart["heldout"].read_text()
+
+
+def test_a_held_out_share_too_small_to_draw_from_is_refused(tmp_path, monkeypatch):
+    import rlcs.tasks as tasks
+
+    monkeypatch.setattr(tasks, "held_apart", lambda ex: False)  # no task is held out
+    with pytest.raises(ValueError, match=r"math: 0 of 2 held-out examples in 501 draws at "
+                       r"difficulty \[0, 0\.3\].*heldout=drawn"):  # fmt: skip
+        build_task_data(tmp_path, sizes={"heldout": 2}, domains=("math",),
+                        difficulty=(0.0, 0.3), heldout="apart", progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="heldout must be one of drawn, apart, got 'kept'"):
+        build_task_data(tmp_path, heldout="kept", progress=False)
