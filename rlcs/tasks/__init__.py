@@ -9,6 +9,7 @@ writes, for each domain, the RL items (train and held-out splits, in the dataset
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import numbers
 import random
@@ -63,11 +64,14 @@ def generate(
     return _draw(domain, n, seed, lo, hi, generator)
 
 
-def _draw(domain: str, n: int, seed: int, lo: float, hi: float, generator: TaskGenerator | None):
+def _draw(
+    domain: str, n: int | None, seed: int, lo: float, hi: float, generator: TaskGenerator | None
+):
+    """``n`` examples (None: without end) from the seed's stream."""
     rng = random.Random(f"{domain}:{seed}")
     gen = generator if generator is not None else GENERATORS[domain]()
     try:
-        for _ in range(n):
+        for _ in range(n) if n is not None else itertools.count():
             yield gen.sample(rng, rng.uniform(lo, hi))
     finally:
         if generator is None:
@@ -94,14 +98,15 @@ def _draw_apart(
     """``n`` examples, drawn as ``_draw`` draws them, of the held-out tasks (``held``) or of
     the others; a ValueError when the draws find too few of them (a difficulty range whose
     tasks are so few that none, or nearly none, falls on that side)."""
-    rng = random.Random(f"{domain}:{seed}")
-    made = tries = 0
-    while made < n:
-        ex = gen.sample(rng, rng.uniform(lo, hi))
-        tries += 1
+    if n == 0:
+        return
+    made = 0
+    for tries, ex in enumerate(_draw(domain, None, seed, lo, hi, gen), start=1):
         if held_apart(ex) == held:
             made += 1
             yield ex
+            if made == n:
+                return
         elif tries - made > 50 * made + 500:
             side = "held-out" if held else "training"
             raise ValueError(
