@@ -171,7 +171,7 @@ def answer_items(
     (``cluster.ship_images``) they are read here and sent inside the items, for workers on
     nodes without the files. ``on_batch`` gets each batch's records as they are scored.
     """
-    from tqdm import tqdm
+    from rlcs.progress import progress_bar
 
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
@@ -196,7 +196,7 @@ def answer_items(
     done: dict[int, list[dict[str, Any]]] = {}
     with (
         rollout_workers(model_path, cfg, num_cpus, num_gpus, count, dtype) as pool,
-        tqdm(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
+        progress_bar(total=len(items), desc=desc, unit="item", disable=not progress) as bar,
     ):
         running: dict[Any, tuple[Any, int]] = {}
 

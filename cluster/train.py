@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ray
-from tqdm import tqdm
 
 from actors.rank_calls import RanksStuck, own_error
 from cluster.checkpointing import Checkpointer, SaveFailed, saved_steps
@@ -49,6 +48,7 @@ from cluster.wall_budget import WallBudget
 from rlcs.config import Config, ConfigError, load_config
 from rlcs.data import make_writable_dir
 from rlcs.group_filters import load_group_filter
+from rlcs.progress import progress_bar
 from rlcs.report import write_report
 from rlcs.runlog import RunLog, read_metrics, write_resolved
 
@@ -192,7 +192,7 @@ def run_rl(
     if start == 0 and wants_baseline and not _baseline_logged(log):
         figures = eval_metrics(baseline) if baseline is not None else loop.evaluate(0)
         log.log(0, figures, stage="rl")
-    bar = tqdm(
+    bar = progress_bar(
         range(start, cfg.run.iterations),
         desc="rl",
         unit="iter",
@@ -321,7 +321,7 @@ def run_supervised(
     clock: WallBudget,
 ) -> None:
     steps, batch = cfg.learner.steps, cfg.learner.global_batch
-    bar = tqdm(range(start, steps), desc=cfg.stage, unit="step", initial=start, total=steps)
+    bar = progress_bar(range(start, steps), desc=cfg.stage, unit="step", initial=start, total=steps)
     for step in bar:
         t = time.perf_counter()
         rows = supervised_batch(data.rows, step, batch, cfg.run.seed)

@@ -16,8 +16,7 @@ import random
 from collections.abc import Iterable
 from pathlib import Path
 
-from tqdm import tqdm
-
+from rlcs.progress import progress_bar
 from rlcs.tasks.base import Example, TaskGenerator
 from rlcs.tasks.grounding import GroundingTask
 from rlcs.tasks.gui import GuiTask
@@ -194,7 +193,7 @@ def build_task_data(
     (out / "images").mkdir(parents=True, exist_ok=True)
     files = {split: (out / f"{split}.jsonl").open("w", encoding="utf-8") for split in SPLITS}
     total = sum(sizes[s] for s in SPLITS) * len(domains)
-    bar = tqdm(total=total, desc="synthetic tasks", unit="ex", disable=not progress)
+    bar = progress_bar(total=total, desc="synthetic tasks", unit="ex", disable=not progress)
     try:
         for domain in domains:
             gen = GENERATORS[domain]()  # one per domain: the GUI one's browser serves every split
