@@ -21,6 +21,7 @@ import sympy
 from sympy.core.function import AppliedUndef
 
 from rewards.base import NAN_TRUTH, Verdict, Verifier, text_truth_problem
+from rewards.verifiers import math_conditions as mc
 from rewards.verifiers import math_parse as mp
 from rewards.verifiers.latex_fast import split_top
 
@@ -183,9 +184,9 @@ def _is_condition(x: sympy.Basic) -> bool:
 def _as_set(x: sympy.Basic) -> sympy.Basic:
     """``x < 2`` as the interval ``(-oo, 2)``, for one-variable inequalities, and a chained
     ``-3 \\leq x < 3`` (read as both inequalities) as ``[-3, 3)``. A ``MathParseError`` for
-    one SymPy cannot solve quickly (``x^{50} + x > 3``: ``mp.check_condition``)."""
+    one SymPy cannot solve quickly (``x^{50} + x > 3``: ``mc.check_condition``)."""
     if _is_condition(x):
-        mp.check_condition(x)
+        mc.check_condition(x)
         try:
             return x.as_set()
         except (NotImplementedError, TypeError, ValueError):
@@ -496,7 +497,7 @@ class MathVerifier(Verifier):
             return Verdict(0.0, "parse", str(e))
         if p != g and _is_condition(g):
             try:  # a truth SymPy cannot solve quickly is the truth's fault, not the answer's
-                mp.check_condition(g)
+                mc.check_condition(g)
             except mp.MathParseError as e:
                 return Verdict(0.0, None, f"ground truth unparsable ({e}); exact match only")
         try:

@@ -3,7 +3,7 @@
 import pytest
 
 import rlcs.report
-from cluster.demo import _domain_rewards, result_line, write_demo_report
+from cluster.demo_report import domain_rewards, result_line, write_demo_report
 from rlcs.runlog import RunLog, read_metrics
 
 
@@ -20,7 +20,7 @@ def _demo_root(tmp_path):
     (tmp_path / "rl" / "report.md").write_text("# rl")
     before = {"math": {"pass_rate": 0.5}, "ocr": {"pass_rate": 1.0}, "all": {"pass_rate": 0.75}}
     after = {"math": {"pass_rate": 0.7}, "ocr": {"pass_rate": 1.0}, "all": {"pass_rate": 0.85}}
-    rewards = _domain_rewards(read_metrics(tmp_path / "rl"))
+    rewards = domain_rewards(read_metrics(tmp_path / "rl"))
     summary = {"sft_pass_rate": 0.75, "rl_pass_rate": 0.85, "gain_points": 10.0,
                "min_domain_rl_reward": min(rewards.values()), "wall_s": 321.0,
                "before": before, "after": after, "rl_reward": rewards, "heldout_items": 256,
@@ -77,7 +77,7 @@ def test_the_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_the_table_shows_no_reward_for_a_domain_rl_did_not_draw(tmp_path):
     from rich.console import Console
 
-    from cluster.demo import result_table
+    from cluster.demo_report import result_table
 
     summary = _demo_root(tmp_path)
     summary["rl_reward"] = {"math": 0.25}  # no OCR item drawn (data.domain_weights)
