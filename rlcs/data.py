@@ -335,7 +335,9 @@ def check_row_images(rows: list[tuple[Path, int | None, list[str]]], how: ImageC
     from rlcs.progress import progress_bar
 
     quiet = len(rows) <= PROGRESS_MIN_ROWS
-    with progress_bar(total=len(rows), desc=f"checking images ({how})", unit="row", disable=quiet) as bar:
+    with progress_bar(
+        total=len(rows), desc=f"checking images ({how})", unit="row", disable=quiet
+    ) as bar:
         for path, line, refs in rows:  # a failure closes the bar before its message shows
             open_images(refs, path, line, how)
             bar.update()

@@ -16,8 +16,24 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-#: Fonts tried in order; any that exist are used. PIL's built-in font is the fallback.
-FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation")
+#: The font of every glyph below difficulty 0.5 (and of the pretraining captions' images).
+BOLD_FONT = "DejaVuSans-Bold.ttf"
+#: The fonts of harder glyphs, one picked per image. All are files matplotlib ships, so the
+#: task data are the same on every machine whatever fonts it has installed.
+VARIED_FONTS = (
+    "DejaVuSans.ttf",
+    "DejaVuSans-Bold.ttf",
+    "DejaVuSansMono.ttf",
+    "DejaVuSansMono-Bold.ttf",
+    "DejaVuSerif.ttf",
+    "DejaVuSerif-Bold.ttf",
+    "DejaVuSerif-Italic.ttf",
+    "DejaVuSerif-BoldItalic.ttf",
+    "STIXGeneral.ttf",
+    "STIXGeneralBol.ttf",
+    "STIXGeneralItalic.ttf",
+    "STIXGeneralBolIta.ttf",
+)
 BOX_OPEN, BOX_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
 
 
@@ -62,26 +78,39 @@ class TaskGenerator(ABC):
         does not surface only when the build reaches its domain."""
 
 
+def font_dir() -> Path:
+    """matplotlib's bundled TrueType fonts (``mpl-data/fonts/ttf``)."""
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+
+
+def font_path(name: str) -> str:
+    """The path of one of matplotlib's bundled fonts; a clear error where it is missing."""
+    path = font_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the font {name} that the task images are drawn in is not at {path}, where "
+            "matplotlib installs it; reinstall matplotlib (pip install --force-reinstall "
+            "matplotlib)"
+        )
+    return str(path)
+
+
 @lru_cache(maxsize=1)
 def font_files() -> tuple[str, ...]:
-    found: list[str] = []
-    for d in FONT_DIRS:
-        p = Path(d)
-        if p.is_dir():
-            found += sorted(str(f) for f in p.glob("*.ttf") if "Oblique" not in f.name)
-    return tuple(found)
+    """The paths of ``VARIED_FONTS``, in their order."""
+    return tuple(font_path(name) for name in VARIED_FONTS)
 
 
 @lru_cache(maxsize=256)
-def _font(path: str | None, size: int) -> ImageFont.ImageFont:
-    return ImageFont.truetype(path, size) if path else ImageFont.load_default(size=size)
+def _font(path: str, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(path, size)
 
 
-def pick_font(rng: random.Random, size: int, varied: bool = True) -> ImageFont.ImageFont:
-    files = font_files()
-    if not files:
-        return _font(None, size)
-    return _font(rng.choice(files) if varied else files[0], size)
+def pick_font(rng: random.Random, size: int) -> ImageFont.FreeTypeFont:
+    """One of ``VARIED_FONTS`` at ``size`` pixels, drawn from ``rng``."""
+    return _font(rng.choice(font_files()), size)
 
 
 #: Side of one image token of the GLM-4.1V vision tower in pixels: a 14-px patch, merged 2x2.
@@ -109,7 +138,7 @@ def draw_cells(
     img = Image.new("RGB", (cols * TOKEN_PX, rows * TOKEN_PX), "white")
     draw = ImageDraw.Draw(img)
     size = 24 - round(6 * max(0.0, difficulty - 0.5) * 2)
-    font = _bold_font(size) if easy else pick_font(rng, size=size, varied=True)
+    font = _bold_font(size) if easy else pick_font(rng, size=size)
     jitter = 0 if easy else round(difficulty * TOKEN_PX / 2)
     col = rng.randint(0, cols - len(text))
     row = rng.randint(0, rows - 1)
@@ -123,10 +152,8 @@ def draw_cells(
     return img
 
 
-def _bold_font(size: int) -> ImageFont.ImageFont:
-    files = font_files()
-    bold = [f for f in files if f.endswith("Sans-Bold.ttf")] or [f for f in files if "Bold" in f]
-    return _font(bold[0] if bold else (files[0] if files else None), size)
+def _bold_font(size: int) -> ImageFont.FreeTypeFont:
+    return _font(font_path(BOLD_FONT), size)
 
 
 def add_noise(img: Image.Image, rng: random.Random, amount: float) -> Image.Image:

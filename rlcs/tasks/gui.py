@@ -82,11 +82,17 @@ ELEMENT_RECTS = """n => Array.from({length: n}, (_, i) => {
     return [r.x, r.y, r.width, r.height];
 })"""
 #: Moves every element that runs past the page's right edge (``width``) back onto it: the
-#: layout leaves room for the labels in DejaVu Sans Bold, and a wider font could need more.
+#: layout leaves room for the labels in ``LABEL_FONT``, and a wider font could need more.
 PULL_IN = """([n, width]) => { for (let i = 0; i < n; i++) {
     const e = document.getElementById("e" + i), r = e.getBoundingClientRect();
     if (r.right > width) e.style.left = Math.max(0, Math.floor(width - r.width - 1)) + "px";
 } }"""
+
+
+#: The labels' CSS font family. Liberation Sans comes with Debian's Chromium (its
+#: fonts-liberation dependency); Arimo and Arial have the same metrics, so the same element
+#: boxes. Other machines draw the labels in their sans-serif, and their pages differ.
+LABEL_FONT = "'Liberation Sans', Arimo, Arial, sans-serif"
 
 
 class GuiTask(TaskGenerator):
@@ -160,7 +166,7 @@ class GuiTask(TaskGenerator):
             left, top = rng.randint(2, max(2, width - 42)), 4 + i * ((height - 8) // n)
             style = (
                 f"position:absolute;left:{left}px;top:{top}px;"
-                f"font:bold 11px sans-serif;padding:2px 4px;border:0;"
+                f"font:bold 11px {LABEL_FONT};padding:2px 4px;border:0;"
                 f"background:{rng.choice(COLORS) if kind == 'button' else 'none'};"
                 f"color:{'white' if kind == 'button' else '#0645ad'}"
             )
@@ -173,7 +179,7 @@ class GuiTask(TaskGenerator):
         )
         # every element's box from the DOM in one call, not a browser round trip per element
         rects = page.evaluate(ELEMENT_RECTS, n)
-        if any(x + w > width for x, _, w, _ in rects):  # not in 112 x 112 with DejaVu Sans
+        if any(x + w > width for x, _, w, _ in rects):  # not in 112 x 112 with Liberation Sans
             page.evaluate(PULL_IN, [n, width])
             rects = page.evaluate(ELEMENT_RECTS, n)
         self._check_layout(labels, rects)

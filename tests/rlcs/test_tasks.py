@@ -448,3 +448,28 @@ def test_a_held_out_share_too_small_to_draw_from_is_refused(tmp_path, monkeypatc
                         difficulty=(0.0, 0.3), heldout="apart", progress=False)  # fmt: skip
     with pytest.raises(ValueError, match="heldout must be one of drawn, apart, got 'kept'"):
         build_task_data(tmp_path, heldout="kept", progress=False)
+
+
+def test_glyphs_are_drawn_in_fonts_matplotlib_ships(monkeypatch):
+    """The fonts come with matplotlib, not from the machine's own fonts, so a seed gives the
+    same images everywhere; every varied font has every glyph the generators draw (none falls
+    back to a missing-glyph box, which would make answers illegible)."""
+    import string
+
+    import matplotlib
+    from fontTools.ttLib import TTFont
+
+    from rlcs.tasks import base
+
+    shipped = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    assert base.font_dir() == shipped
+    assert all(Path(f).parent == shipped for f in base.font_files())
+    assert base.BOLD_FONT in base.VARIED_FONTS
+    drawn = set(string.ascii_uppercase + string.digits + "+-*")
+    for path in base.font_files():
+        cmap = TTFont(path).getBestCmap()
+        assert all(ord(c) in cmap for c in drawn), path
+    # a missing file says which and how to get it back
+    monkeypatch.setattr(base, "font_dir", lambda: Path("/nowhere"))
+    with pytest.raises(FileNotFoundError, match="DejaVuSans-Bold.ttf.*reinstall matplotlib"):
+        base.font_path(base.BOLD_FONT)
