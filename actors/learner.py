@@ -32,6 +32,27 @@ from rlcs.config import Config
 from rlcs.grpo import ppo_clip_terms, tempered_logits, token_entropy, token_logprobs
 
 
+def drop_construction_step(optimizer: Any) -> bool:
+    """Undo the optimizer step DeepSpeed's ZeRO-0 bf16 wrapper takes as it is built.
+
+    With bf16 weights and no ZeRO (``precision: bf16``, ``zero_stage: 0``) DeepSpeed wraps the
+    client optimizer in ``FP16_UnfusedOptimizer``, whose ``initialize_optimizer_states`` steps
+    it once on zero gradients to create its state (ZeRO-1/2/3 no longer do). For AdamW that
+    step counts: the first real update used step 2's bias corrections, 0.74 of the first
+    update ZeRO-1/2 take, and with weight decay the fp32 master weights decayed once before
+    training. Drop the optimizer's state (AdamW creates it afresh at its first step) and copy
+    the masters back from the bf16 weights, which that step left alone (the masters were
+    copied from them). Call right after ``deepspeed.initialize``; True if there was a step to
+    undo."""
+    from deepspeed.runtime.fp16.unfused_optimizer import FP16_UnfusedOptimizer
+
+    if not isinstance(optimizer, FP16_UnfusedOptimizer):
+        return False
+    optimizer.optimizer.state.clear()
+    optimizer.refresh_fp32_params()
+    return True
+
+
 class Learner:
     """One data-parallel rank: a DeepSpeed engine and the three stages' losses."""
 
@@ -85,6 +106,7 @@ class Learner:
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=ds_cfg
         )
+        drop_construction_step(self.engine.optimizer)
         is_vlm = hasattr(model.config, "vision_config")
         tower_trains = is_vlm and any(p.requires_grad for p in model.model.visual.parameters())
         tower_every_pass = is_vlm and self.world_size > 1 and (tower_trains or lc.zero_stage == 3)

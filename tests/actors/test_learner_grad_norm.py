@@ -1,5 +1,6 @@
 """The logged ``grad_norm`` under ZeRO-0, where DeepSpeed reports none, against the norm
-DeepSpeed's ZeRO-2 reports for the same steps: one rank in-process, and two ranks over gloo."""
+DeepSpeed's ZeRO-2 reports for the same steps: one rank in-process, and two ranks over gloo;
+and ZeRO-0's first update with bf16 weights against ZeRO-2's and a hand AdamW step."""
 
 from __future__ import annotations
 
@@ -58,6 +59,39 @@ def test_zero0_logs_the_norm_zero2_reports_and_clips_alike(tiny_text_model, prec
         assert applied2 == pytest.approx(min(norm2, grad_clip or norm2), rel=1e-5)
         assert applied0 == pytest.approx(applied2, rel=1e-5)
         assert loss0 == pytest.approx(loss2, rel=1e-5)
+
+
+def _masters(learner: Learner) -> torch.Tensor:
+    """The fp32 weights the optimizer steps, flat in parameter order (one rank: ZeRO-2's one
+    partition is the whole flat model, padded at its end)."""
+    opt = getattr(learner.engine.optimizer, "optimizer", learner.engine.optimizer)
+    return torch.cat([p.detach().float().view(-1) for g in opt.param_groups for p in g["params"]])
+
+
+def test_zero0_bf16_takes_zero2s_first_update(tiny_text_model):
+    """With bf16 weights ZeRO-0 steps through DeepSpeed's FP16_UnfusedOptimizer, which steps
+    AdamW once on zero gradients as it is built. Left alone, that made the first real update
+    Adam's second (bias corrections for step 2: 0.74 of the first update's size) and, with
+    weight decay, decayed the fp32 master weights once before training. After one step both
+    stages' masters must be a hand AdamW first step from the initial weights with the gradient
+    the optimizer applied, and the second step's loss the same."""
+    lr, wd = 2e-3, 0.1
+    runs = {}
+    for zero in (0, 2):
+        cfg = _config(tiny_text_model, zero_stage=zero, precision="bf16", weight_decay=wd)
+        learner = Learner.local(cfg, tiny_text_model)
+        w0 = torch.cat([p.detach().float().view(-1) for p in learner.engine.module.parameters()])
+        learner.record_optimizer_grads()
+        first = learner.train_step("pretrain", text_batch(0))
+        grad, masters = learner.recorded_grads()[: w0.numel()], _masters(learner)[: w0.numel()]
+        second = learner.train_step("pretrain", text_batch(1))
+        # AdamW's first step: m/(1-b1) = g, v/(1-b2) = g^2 (betas 0.9, 0.999; eps 1e-8)
+        hand = w0 * (1 - lr * wd) - lr * grad / (grad.abs() + 1e-8)
+        runs[zero] = (masters, hand, first["loss"], second["loss"])
+    for masters, hand, _, _ in runs.values():
+        assert torch.allclose(masters, hand, rtol=0, atol=1e-6)  # lr 2e-3: Adam step 2 is 5e-4 off
+    assert runs[0][2] == pytest.approx(runs[2][2], rel=1e-6)
+    assert runs[0][3] == pytest.approx(runs[2][3], rel=1e-5)
 
 
 @pytest.mark.slow
