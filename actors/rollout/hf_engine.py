@@ -260,19 +260,12 @@ class HFEngine:
         if staged.version != version:
             raise RuntimeError(f"commit of weights version {version}, but staged {staged.version}")
         params = dict(self.model.named_parameters())  # tied weights appear once
-        state = dict(staged.consume())
         live = self.model.state_dict()
-        unknown = sorted(set(state) - set(live))
-        if unknown:
-            staged.clear()
-            raise KeyError(f"HF engine has no parameters named {unknown[:5]}")
-        # checked before anything is copied: load_state_dict copies every tensor that fits
-        # before it raises for one that does not, which would leave half a push live
-        wrong = [f"{n}: {tuple(t.shape)} for {tuple(live[n].shape)}"
-                 for n, t in state.items() if t.shape != live[n].shape]  # fmt: skip
-        if wrong:
-            staged.clear()
-            raise ValueError(f"HF engine: pushed tensors of the wrong shape, e.g. {wrong[:3]}")
+        # unknown names and wrong shapes are refused before anything is copied:
+        # load_state_dict copies every tensor that fits before it raises for one that does
+        # not, which would leave half a push live
+        staged.refuse_mismatches({n: tuple(t.shape) for n, t in live.items()}, "HF engine")
+        state = dict(staged.consume())
         # a push that leaves parameters out is refused before anything is copied too: loading
         # the rest would leave the engine on a mix of the new weights and the old
         missing = sorted(set(params) - set(state))

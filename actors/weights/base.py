@@ -13,8 +13,10 @@ Every transport follows the same protocol per push: the learner's ``(hf_name, te
 is cut into buckets of about ``bucket_mb``; each bucket is one remote call per rollout worker
 (``RolloutWorker.receive_weights``), which the engine stages; a final ``commit_weights`` call
 loads everything into the live engine at once (so a push that fails while sending never
-reaches the live engine) and returns one checksum per tensor, taken engine-side. Any difference
-from the learner's checksums raises ``WeightSyncError`` naming the first mismatching tensor.
+reaches the live engine; one naming a tensor the engine's model does not have, or of another
+shape, is refused there before anything loads) and returns one checksum per tensor, taken
+engine-side. Any difference from the learner's checksums raises ``WeightSyncError`` naming the
+first mismatching tensor.
 Both sides hash with the transport's algorithm (:mod:`actors.weights.checksum`): on the GPU for
 ``cuda_ipc`` and ``nccl``, in host memory for the others.
 

@@ -85,6 +85,36 @@ class StagedWeights:
     def shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(n, tuple(t.shape)) for n, t in self._tensors]
 
+    def refuse_mismatches(self, expected: dict[str, tuple[int, ...]], engine: str) -> None:
+        """Raise ``ValueError``, and drop this push, if a staged tensor has a name that is not
+        in ``expected`` (name -> shape: what the engine's loader takes) or another shape than
+        it has there; called before anything is loaded, so the engine keeps its weights.
+
+        The error names the first offending tensors in push order, with the shape the model
+        expects, or for an unknown name the names the model has under its longest known
+        prefix."""
+        unknown, wrong = [], []
+        for name, shape in self.shapes():
+            if name not in expected:
+                unknown.append(name)
+            elif shape != tuple(expected[name]):
+                wrong.append(f"{name!r}: {shape} where the model has {tuple(expected[name])}")
+        if not unknown and not wrong:
+            return
+        self.clear()
+        problems = []
+        if unknown:
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            named = "; ".join(f"{n!r} ({_nearest(n, expected)})" for n in unknown[:3])
+            problems.append(f"Tensors the model does not have: {named}{more}")
+        if wrong:
+            more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+            problems.append(f"Tensors of the wrong shape: {'; '.join(wrong[:3])}{more}")
+        raise ValueError(
+            f"{engine}: push refused, nothing was loaded (the engine keeps its previous "
+            f"weights). {'. '.join(problems)}"
+        )
+
     def checksum(self, t: torch.Tensor) -> str:
         """A live parameter's checksum after the load, with this push's algorithm."""
         return tensor_checksum(t, self.algorithm)
@@ -96,3 +126,16 @@ class StagedWeights:
         self.consumed = set()
         self.checksum_seconds = 0.0
         self.version = None
+
+
+def _nearest(name: str, known: dict[str, Any]) -> str:
+    """What ``known`` holds near ``name``: up to three names under the longest dotted prefix
+    they share with it."""
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:k]) + "."
+        near = sorted(n for n in known if n.startswith(prefix))
+        if near:
+            more = ", ..." if len(near) > 3 else ""
+            return f"under {prefix!r} the model has {', '.join(near[:3])}{more}"
+    return f"the model has no name starting {parts[0] + '.'!r}"

@@ -100,25 +100,22 @@ class WeightSyncExtension:
         from the live parameters after the load. Fused or repacked ones (q/k/v, gate/up, and
         every linear that vLLM CPU repacks for its GEMM kernels, which keeps no readable copy)
         were checksummed on arrival, and the loader must have taken every one of them.
+
+        A push naming a tensor the engine's checkpoint does not hold, or one of another shape,
+        is refused with a ``ValueError`` before anything loads; the engine keeps serving the
+        weights it had, and the next push loads as usual.
         """
         staged = self._rlcs_stage()
         if staged.version != version:
             raise RuntimeError(f"commit of weights version {version}, but staged {staged.version}")
-        # vLLM's loader fails on a tensor of the wrong shape midway through the reload, with
-        # the model's layers already emptied, and the engine cannot generate again; such a push
-        # is refused here, before anything is loaded
+        # vLLM's loader fails on a name it does not know or a tensor of the wrong shape midway
+        # through the reload, the layers it has not reached emptied (on the meta device), and
+        # the engine cannot generate again, even after a good push; such a push is refused
+        # here, before anything is loaded. The checkpoint's names are the ones this loader took
+        # when the engine started, and the ones the learner pushes (its saved layout).
         known = self._rlcs_checkpoint_shapes()
-        wrong = [
-            f"{name}: {shape} for {known[name]}"
-            for name, shape in staged.shapes()
-            if name in known and shape != known[name]
-        ]
-        if wrong:
-            staged.clear()
-            raise ValueError(
-                f"vLLM engine: pushed tensors of the wrong shape, e.g. {wrong[:3]}; nothing was "
-                "loaded"
-            )
+        if known:
+            staged.refuse_mismatches(known, "vLLM engine")
         model = self.model_runner.get_model()
         loaded: set[str] = set()
         original = model.load_weights

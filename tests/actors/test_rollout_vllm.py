@@ -155,24 +155,63 @@ def test_greedy_after_sync_equals_transformers(
         assert [t.token_ids for t in after] == expected, kind
 
 
+def sampled(ray_local, worker) -> list[tuple[list[int], list[float]]]:
+    """Greedy tokens and their logprobs: equal only where every layer has the same weights."""
+    trajs = ray_local.get(worker.generate.remote(ITEMS, n=1, step=6, temperature=0.0))
+    return [(t.token_ids, t.logprobs) for t in trajs]
+
+
 def test_a_push_of_the_wrong_shape_is_refused_and_the_engine_lives_on(
     ray_local, worker, tiny_text_model
 ):
     """vLLM's loader would fail on it midway, its layers emptied, and the engine could not
-    generate again; the push is refused before anything loads, naming the tensor."""
+    generate again; the push is refused before anything loads, naming the tensor and the
+    shape the model has."""
     from actors.weights import WeightSyncError, make_transport
 
     learner = learner_model(tiny_text_model, seed=4)
     transport = make_transport("cpu_bytes", [worker], bucket_mb=1)
     transport.push(learner.named_parameters())
-    before = ray_local.get(worker.generate.remote(ITEMS, n=1, step=6, temperature=0.0))
+    before = sampled(ray_local, worker)
     named = [(n, p.detach()) for n, p in learner_model(tiny_text_model, seed=5).named_parameters()]
     name, t = named[-1]
-    with pytest.raises(WeightSyncError, match=f"wrong shape.*{name}"):
+    with pytest.raises(WeightSyncError) as err:
         transport.push([*named[:-1], (name, t[:5].clone())])
-    after = ray_local.get(worker.generate.remote(ITEMS, n=1, step=6, temperature=0.0))
-    assert [t.token_ids for t in after] == [t.token_ids for t in before]
+    shapes = f"{(5, *t.shape[1:])} where the model has {tuple(t.shape)}"
+    assert f"wrong shape: '{name}': {shapes}" in str(err.value)
+    assert sampled(ray_local, worker) == before
     assert transport.push(learner.named_parameters()).checksum_ok
+
+
+def test_a_push_naming_a_tensor_the_model_lacks_loads_nothing_and_the_next_push_works(
+    ray_local, worker, tiny_text_model
+):
+    """vLLM's loader raises on an unknown name midway through the reload: the layers before it
+    had taken the new weights, the rest were left empty, and the engine could not generate
+    again, even after a good push (it hung: a restart was the only way out). The push is
+    refused before anything loads, naming the tensor; the engine serves the previous weights
+    unchanged, and the next push loads."""
+    from actors.weights import WeightSyncError, make_transport
+
+    learner = learner_model(tiny_text_model, seed=6)
+    transport = make_transport("shm", [worker], bucket_mb=0.1)
+    transport.push(learner.named_parameters())
+    before = sampled(ray_local, worker)
+    named = [(n, p.detach()) for n, p in learner_model(tiny_text_model, seed=7).named_parameters()]
+    half = len(named) // 2  # after some layers' tensors, so a loader that ran would mix them
+    bogus = "model.layers.1.self_attn.qq_proj.weight"
+    with pytest.raises(WeightSyncError) as err:
+        transport.push([*named[:half], (bogus, named[half][1].clone()), *named[half:]])
+    assert sampled(ray_local, worker) == before
+    message = str(err.value)
+    assert f"the model does not have: '{bogus}'" in message
+    assert "model.layers.1.self_attn.q_proj.weight" in message  # what it has there
+    assert "nothing was loaded" in message
+    report = transport.push(named)
+    assert report.checksum_ok and report.tensors == len(named)
+    assert sampled(ray_local, worker) != before
+    transport.push(learner.named_parameters())
+    assert sampled(ray_local, worker) == before
 
 
 def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):

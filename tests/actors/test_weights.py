@@ -95,6 +95,38 @@ def test_first_mismatching_tensor_is_named():
         compare_checksums(exp, {"a": "1", "b": "2"}, "w0", ["a", "b", "c"])
 
 
+def test_a_staged_push_with_unknown_names_or_wrong_shapes_is_refused_and_dropped():
+    """Checked before an engine loads anything: the first offenders in push order, each with
+    what the model has (its shape; for an unknown name, its names nearby), and the staged
+    tensors dropped so they can never be committed."""
+    from actors.weights.receiver import StagedWeights
+
+    expected = {f"model.layers.{i}.self_attn.{p}_proj.weight": (4, 4) for i in range(2)
+                for p in "qkvo"} | {"model.norm.weight": (4,)}  # fmt: skip
+    staged = StagedWeights()
+    staged.add([(n, torch.zeros(s)) for n, s in expected.items()], "v1", "cpu_bytes")
+    staged.refuse_mismatches(expected, "test engine")  # a matching push passes untouched
+    assert len(staged.names()) == len(expected) and staged.version == "v1"
+
+    bad = [("model.layers.1.self_attn.qq_proj.weight", torch.zeros(4, 4)),
+           ("model.norm.weight", torch.zeros(5)),
+           *[(f"lm_head.{i}", torch.zeros(1)) for i in range(4)]]  # fmt: skip
+    staged.add(bad, "v2", "cpu_bytes")
+    with pytest.raises(ValueError) as err:
+        staged.refuse_mismatches(expected, "test engine")
+    msg = str(err.value)
+    assert msg.startswith("test engine: push refused, nothing was loaded")
+    assert (
+        "the model does not have: 'model.layers.1.self_attn.qq_proj.weight' (under "
+        "'model.layers.1.self_attn.' the model has model.layers.1.self_attn.k_proj.weight, "
+        "model.layers.1.self_attn.o_proj.weight, model.layers.1.self_attn.q_proj.weight, ...); "
+        "'lm_head.0' (the model has no name starting 'lm_head.'); 'lm_head.1' (the model has "
+        "no name starting 'lm_head.') and 2 more. Tensors of the wrong shape: "
+        "'model.norm.weight': (5,) where the model has (4,)" in msg
+    )
+    assert staged.names() == [] and staged.version is None
+
+
 def test_unknown_transport_is_refused():
     from actors.weights import make_transport
 
@@ -253,7 +285,7 @@ def test_a_push_that_leaves_parameters_out_changes_nothing_in_the_hf_engine(tied
     w.receive_weights(
         "cpu_bytes", cpu_bytes.encode([*params, ("bogus", params[0][1].clone())]), "v3"
     )
-    with pytest.raises(KeyError, match="bogus"):
+    with pytest.raises(ValueError, match=r"nothing was loaded.*the model does not have: 'bogus' "):
         w.commit_weights("v3")
     assert [n for n in before if not torch.equal(before[n], after[n])] == []
     # the whole push then loads every tensor
