@@ -58,6 +58,13 @@ class LineWriter:
         return False
 
 
+class _LogBar(tqdm):
+    """A bar in a log: a new postfix waits for the next line instead of writing one at once."""
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+
 def _is_terminal(stream: Any) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:
@@ -78,6 +85,5 @@ def progress_bar(iterable: Iterable[Any] | None = None, **kwargs: Any) -> tqdm:
         kwargs.setdefault("ascii", True)
         kwargs.setdefault("ncols", 100)  # no terminal width to follow
         kwargs["dynamic_ncols"] = False
-    else:
-        kwargs["file"] = stream
-    return tqdm(iterable, **kwargs)
+        return _LogBar(iterable, **kwargs)
+    return tqdm(iterable, file=stream, **kwargs)

@@ -71,3 +71,21 @@ def test_line_writer_drops_clears():
     w.write("\rstate 1   ")
     w.write("\n")
     assert out.getvalue() == "state 1\n"
+
+
+def test_a_new_postfix_waits_for_the_next_line_in_a_log(monkeypatch):
+    """The training loops set a postfix every step; in a log that must not write a line each
+    time (tqdm's set_postfix redraws at once), only at the interval."""
+    monkeypatch.delenv("RLCS_PROGRESS_INTERVAL", raising=False)
+    log = io.StringIO()
+    bar = progress_bar(range(20), desc="rl", unit="iter", file=log)
+    for i in bar:
+        bar.set_postfix(reward=f"{i / 20:.2f}")
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "reward=0.95" in lines[-1]
+    term = _Terminal()
+    bar = progress_bar(range(2), desc="rl", file=term)
+    for i in bar:
+        bar.set_postfix(reward=f"{i:.2f}")
+    assert "reward=1.00" in term.getvalue()
