@@ -13,6 +13,7 @@ import itertools
 import json
 import numbers
 import random
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -194,6 +195,7 @@ def build_task_data(
     files = {split: (out / f"{split}.jsonl").open("w", encoding="utf-8") for split in SPLITS}
     total = sum(sizes[s] for s in SPLITS) * len(domains)
     bar = progress_bar(total=total, desc="synthetic tasks", unit="ex", disable=not progress)
+    written: set[str] = set()
     try:
         for domain in domains:
             gen = GENERATORS[domain]()  # one per domain: the GUI one's browser serves every split
@@ -212,6 +214,7 @@ def build_task_data(
                         else:
                             rel = f"images/{item_id}.png"
                             ex.image.save(out / rel)
+                            written.add(f"{item_id}.png")
                             row = _row(split, item_id, rel, ex)
                         files[split].write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update()
@@ -221,7 +224,22 @@ def build_task_data(
         bar.close()
         for f in files.values():
             f.close()
+    remove_stale_images(out / "images", written)
     return {split: out / f"{split}.jsonl" for split in SPLITS}
+
+
+#: The name of an image a build writes: ``{domain}-{split}-{index:05d}.png``.
+BUILT_IMAGE = re.compile(rf"[a-z_]+-(?:{'|'.join(SPLITS)})-\d{{5}}\.png")
+
+
+def remove_stale_images(images: Path, written: set[str]) -> int:
+    """Delete the images an earlier build wrote into ``images`` that this one did not (a
+    smaller size, a domain left out, a text-only build): no split refers to them any more.
+    Only names a build writes (``BUILT_IMAGE``) are touched; other files stay. How many went."""
+    stale = [p for p in images.iterdir() if BUILT_IMAGE.fullmatch(p.name) and p.name not in written]
+    for p in stale:
+        p.unlink()
+    return len(stale)
 
 
 def _row(split: str, item_id: str, image: str, ex: Example) -> dict:

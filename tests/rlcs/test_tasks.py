@@ -473,3 +473,29 @@ def test_glyphs_are_drawn_in_fonts_matplotlib_ships(monkeypatch):
     monkeypatch.setattr(base, "font_dir", lambda: Path("/nowhere"))
     with pytest.raises(FileNotFoundError, match="DejaVuSans-Bold.ttf.*reinstall matplotlib"):
         base.font_path(base.BOLD_FONT)
+
+
+def test_a_rebuild_removes_the_images_no_split_refers_to(tmp_path):
+    """Built again into the same folder with fewer items (or as text only), the images of the
+    earlier build that no split names any more go; a file of the user's own stays."""
+    out = tmp_path / "data"
+    kw = {"domains": ("math", "ocr"), "difficulty": (0.0, 0.3), "progress": False}
+    build_task_data(out, sizes={"rl_train": 3, "heldout": 2, "sft": 2, "pretrain": 1}, **kw)
+    (out / "images" / "mine.png").write_bytes(b"not ours")
+    (out / "images" / "math-rl_train-00002.png.bak").write_bytes(b"not ours either")
+    build_task_data(out, sizes={"rl_train": 1, "heldout": 1, "sft": 0, "pretrain": 1}, **kw)
+    referred = {
+        Path(image).name
+        for split in ("rl_train", "heldout", "sft", "pretrain")
+        for line in (out / f"{split}.jsonl").read_text().splitlines()
+        for image in json.loads(line)["images"]
+    }
+    left = {p.name for p in (out / "images").iterdir()}
+    assert left == referred | {"mine.png", "math-rl_train-00002.png.bak"}
+    assert len(referred) == 6  # 3 rows a domain, two domains
+    build_task_data(out, sizes={"rl_train": 1, "heldout": 1, "sft": 1, "pretrain": 1},
+                    text_only=True, **kw)  # fmt: skip
+    assert {p.name for p in (out / "images").iterdir()} == {
+        "mine.png",
+        "math-rl_train-00002.png.bak",
+    }
