@@ -324,8 +324,8 @@ class Learner:
         )
 
     def named_weights(self, as_saved: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
-        """HF-named parameters, one module at a time, the full model never materialised
-        under ZeRO-3 (``learner_checkpoint.module_weights``)."""
+        """HF-named parameters and persistent buffers, one module at a time, the full model
+        never materialised under ZeRO-3 (``learner_checkpoint.module_weights``)."""
         zero3 = self.config.learner.zero_stage == 3
         return ckpt.module_weights(self.engine.module, zero3, as_saved)
 

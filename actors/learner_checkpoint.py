@@ -151,22 +151,27 @@ def apply_optimizer_settings(scheduler: Any, base_lrs: list[float], weight_decay
 def module_weights(
     module: Any, zero3: bool, as_saved: bool = False
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """HF-named parameters, one module at a time; under ZeRO-3 each module is gathered,
-    copied and released before the next (a collective: every rank iterates), so the full
-    model is never materialised. With ``as_saved``, in the layout of a saved checkpoint
-    (``learner_model.checkpoint_layout``)."""
+    """HF-named parameters and persistent buffers (what a checkpoint holds: GLM-4.5V's router
+    ``e_score_correction_bias`` is a buffer in transformers and a parameter in vLLM), one module
+    at a time; under ZeRO-3 each module is gathered, copied and released before the next (a
+    collective: every rank iterates), so the full model is never materialised. With
+    ``as_saved``, in the layout of a saved checkpoint (``learner_model.checkpoint_layout``)."""
     import deepspeed
 
     seen: set[int] = set()
     for mod_name, mod in module.named_modules():
         params = [(n, p) for n, p in mod.named_parameters(recurse=False) if id(p) not in seen]
-        if not params:
+        # ZeRO-3 partitions parameters only: buffers are whole on every rank
+        buffers = [(n, b) for n, b in mod.named_buffers(recurse=False)
+                   if n not in mod._non_persistent_buffers_set and id(b) not in seen]  # fmt: skip
+        if not params and not buffers:
             continue
-        seen.update(id(p) for _, p in params)
+        seen.update(id(t) for _, t in params + buffers)
         ctx = deepspeed.zero.GatheredParameters([p for _, p in params]) if zero3 else nullcontext()
         with ctx:
             named = [((f"{mod_name}.{n}" if mod_name else n),
                       p.detach().clone() if zero3 else p.detach()) for n, p in params]  # fmt: skip
+            named += [(f"{mod_name}.{n}" if mod_name else n, b.detach()) for n, b in buffers]
             yield from checkpoint_layout(module, named) if as_saved else named
 
 
