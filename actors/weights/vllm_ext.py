@@ -40,6 +40,39 @@ class _QuietRotary(logging.Filter):
         )
 
 
+def _repack_cpu_moe(model, loaded: set[str]) -> None:
+    """Prepack the reloaded experts of vLLM CPU's unquantized MoE layers for its kernels.
+
+    vLLM CPU prepacks ``w13_weight``/``w2_weight`` of such a layer into its grouped-gemm
+    layout (same shape) after the first load. An in-place reload reruns the layer's post-load
+    step, but on a weight update ``UnquantizedFusedMoEMethod._setup_kernel`` skips the experts'
+    ``process_weights_after_loading`` (unquantized_fused_moe_method.py, "Setup moe kernel only
+    on the first call"), so the kernel would read the checkpoint layout as if prepacked. The
+    prepack is redone here, into the parameters' own storage, for the layers this push loaded.
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:  # not a vLLM build with CPU MoE experts
+        return
+    for prefix, layer in model.named_modules():
+        kernel = getattr(getattr(layer, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if not isinstance(experts, CPUUnquantizedExperts):
+            continue
+        names = ("w13_weight", "w2_weight")
+        if not all(f"{prefix}.{n}" in loaded for n in names):
+            continue  # not reloaded by this push: still prepacked
+        live = {n: getattr(layer, n) for n in names}
+        experts.process_weights_after_loading(layer)  # rebinds prepacked copies
+        for n, param in live.items():
+            packed = getattr(layer, n)
+            if packed.shape != param.shape:  # vLLM padded the intermediate size
+                raise RuntimeError(f"{prefix}.{n}: prepacked shape {tuple(packed.shape)} "
+                                   f"!= live {tuple(param.shape)}")  # fmt: skip
+            param.data.copy_(packed)
+            layer.register_parameter(n, param)
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; ``self.model_runner`` is vLLM's."""
 
@@ -133,6 +166,7 @@ class WeightSyncExtension:
             staged.check_consumed()
         finally:
             del model.load_weights
+        _repack_cpu_moe(model, loaded)
         t1 = time.perf_counter()
         live = dict(model.named_parameters())
         checksums = dict(staged.checksums)

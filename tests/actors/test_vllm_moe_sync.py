@@ -60,3 +60,49 @@ def test_a_push_to_a_glm45_moe_engine_covers_the_router_bias(ray_local, tmp_path
         assert ray_local.get(worker.generate.remote(ITEMS, step=0, temperature=0.0))[0].token_ids
     finally:
         ray_local.kill(worker)
+
+
+def test_a_push_to_a_glm45_moe_engine_matches_transformers(ray_local, tmp_path):
+    """vLLM CPU prepacks the experts' weights for its MoE kernel after a load; an in-place
+    reload must prepack them again: the engine's own weights pushed back leave its outputs as
+    they were, and changed experts give what transformers gives on them."""
+    from actors.learner_checkpoint import module_weights
+    from actors.rollout import RolloutWorkerImpl
+    from actors.rollout.worker import RolloutWorker, worker_options
+    from actors.weights import make_transport
+    from rlcs.tokenizer import build_tokenizer
+
+    model = tiny_glm45(tmp_path / "engine")
+    cfg = dict(engine="vllm", n=1, max_think_tokens=8, max_answer_tokens=4, kv_cache_gib=0.25,
+               seed=7)  # fmt: skip
+    worker = RolloutWorker.options(**worker_options(cfg)).remote(str(tmp_path / "engine"), cfg)
+
+    def push_and_generate():
+        pushed = list(module_weights(model, zero3=False, as_saved=True))
+        assert make_transport("cpu_bytes", [worker], bucket_mb=1).push(pushed).checksum_ok
+        return ray_local.get(worker.generate.remote(ITEMS, step=0, temperature=0.0))[0]
+
+    try:
+        ray_local.get(worker.ready.remote())
+        before = ray_local.get(worker.generate.remote(ITEMS, step=0, temperature=0.0))[0]
+        same = push_and_generate()
+        assert list(same.token_ids) == list(before.token_ids)
+        assert same.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".experts." in name:
+                    p.add_(torch.randn_like(p) * 0.05)
+        changed = push_and_generate()
+        model.save_pretrained(tmp_path / "learner")
+        build_tokenizer().save_pretrained(tmp_path / "learner")
+        hf_cfg = dict(cfg, engine="hf")
+        hf = RolloutWorkerImpl(str(tmp_path / "learner"), hf_cfg).generate(
+            ITEMS, step=0, temperature=0.0
+        )[0]
+        assert list(changed.token_ids) != list(before.token_ids)  # the experts did change
+        assert list(changed.token_ids) == list(hf.token_ids)
+        assert changed.logprobs == pytest.approx(hf.logprobs, abs=1e-4)
+    finally:
+        ray_local.kill(worker)
