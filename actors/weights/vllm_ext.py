@@ -60,8 +60,12 @@ def _repack_cpu_moe(model, loaded: set[str]) -> None:
         if not isinstance(experts, CPUUnquantizedExperts):
             continue
         names = ("w13_weight", "w2_weight")
-        if not all(f"{prefix}.{n}" in loaded for n in names):
+        reloaded = [f"{prefix}.{n}" in loaded for n in names]
+        if not any(reloaded):
             continue  # not reloaded by this push: still prepacked
+        if not all(reloaded):  # one reloaded, one not: no layout would fit both
+            raise RuntimeError(f"{prefix}: a push must carry both w13_weight and w2_weight "
+                               "of a CPU MoE layer, to prepack them together")  # fmt: skip
         live = {n: getattr(layer, n) for n in names}
         experts.process_weights_after_loading(layer)  # rebinds prepacked copies
         for n, param in live.items():
