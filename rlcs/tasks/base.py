@@ -128,12 +128,14 @@ def draw_cells(
 
     Below difficulty 0.5 the canvas is one row of exactly ``len(text)`` cells and every glyph is
     bold and centred in its own image token: the easiest reading task a vision tower can get.
-    From 0.5 the canvas is ``min_size`` (widened to fit, in whole cells), the line starts on a
-    random cell, and difficulty adds sub-cell jitter (up to half a cell), varied fonts and smaller
-    glyphs, so that characters straddle tokens.
+    From 0.5 the canvas is ``min_size`` (widened, in whole cells, to the line and a cell more),
+    the line starts on a random cell, and difficulty adds sub-cell jitter (up to half a cell),
+    varied fonts and smaller glyphs, so that characters straddle tokens. The line moves as a
+    whole: glyphs stay one cell apart, and on the canvas.
     """
     easy = difficulty < 0.5
-    cols = len(text) if easy else max(min_size[0] // TOKEN_PX, len(text))
+    # from 0.5, a spare cell beside the line, so that its jitter has room on the canvas
+    cols = len(text) if easy else max(min_size[0] // TOKEN_PX, len(text) + 1)
     rows = 1 if easy else max(1, min_size[1] // TOKEN_PX)
     img = Image.new("RGB", (cols * TOKEN_PX, rows * TOKEN_PX), "white")
     draw = ImageDraw.Draw(img)
@@ -143,12 +145,14 @@ def draw_cells(
     col = rng.randint(0, cols - len(text))
     row = rng.randint(0, rows - 1)
     dx, dy = rng.randint(-jitter, jitter), rng.randint(-jitter, jitter)
+    half = TOKEN_PX // 2
+    first, last = col * TOKEN_PX + half, (col + len(text) - 1) * TOKEN_PX + half
+    # the line moves as a whole and stays on the canvas: kept there glyph by glyph, a line
+    # jittered past an edge piled its end glyphs onto each other there (W9KLLM read W9KLM)
+    dx = min(max(dx, half - first), img.width - half - last)
+    y = min(max(row * TOKEN_PX + half + dy, half), img.height - half)
     for i, ch in enumerate(text):
-        x = (col + i) * TOKEN_PX + TOKEN_PX // 2 + dx
-        y = row * TOKEN_PX + TOKEN_PX // 2 + dy
-        x = min(max(x, TOKEN_PX // 2), img.width - TOKEN_PX // 2)
-        y = min(max(y, TOKEN_PX // 2), img.height - TOKEN_PX // 2)
-        draw.text((x, y), ch, fill=ink, font=font, anchor="mm")
+        draw.text((first + i * TOKEN_PX + dx, y), ch, fill=ink, font=font, anchor="mm")
     return img
 
 

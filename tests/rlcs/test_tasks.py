@@ -63,23 +63,6 @@ def test_difficulty_knob_changes_the_task():
     assert any("*" in e or "-" in e for e in hard)
 
 
-def test_easy_text_sits_one_glyph_per_image_token():
-    from rlcs.tasks.base import TOKEN_PX
-
-    for domain, key in (("math", "expression"), ("ocr", None)):
-        for ex in generate(domain, 10, seed=1, difficulty=(0.0, 0.3)):
-            text = (ex.meta[key] if key else ex.answer_text).replace(" ", "")
-            assert ex.image.size == (len(text) * TOKEN_PX, TOKEN_PX)
-            # every cell has ink, and its border columns are blank: no glyph straddles tokens
-            for i in range(len(text)):
-                cell = ex.image.crop((i * TOKEN_PX, 0, (i + 1) * TOKEN_PX, TOKEN_PX)).convert("L")
-                assert cell.getextrema()[0] < 128
-                edge = [cell.getpixel((x, y)) for x in (0, TOKEN_PX - 1) for y in range(TOKEN_PX)]
-                assert min(edge) > 200
-        hard = next(iter(generate(domain, 1, seed=1, difficulty=(0.9, 0.9)))).image
-        assert hard.height > TOKEN_PX
-
-
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="unknown task domain 'poetry'"):
         list(generate("poetry", 1, seed=0))
@@ -343,69 +326,6 @@ def test_codes_leave_out_the_characters_that_read_alike():
     assert set(words) <= set(WORDS) and any("O" in w or "I" in w for w in words)
 
 
-@pytest.mark.skipif("gui" not in DOMAINS, reason="needs Chromium")
-def test_gui_pages_of_other_sizes_keep_every_element_on_the_page():
-    """The layout was fixed for 112 x 112: on a smaller page the lower elements fell off it
-    (a target box cut to [531, 999, 999, 999], which no verifier can score, on an element the
-    screenshot does not show); a larger page kept them in its top-left corner. The layout now
-    follows the size, and a page too small for its elements is a ValueError saying so."""
-    import random
-
-    from rewards import answer_problem
-    from rlcs.tasks.gui import GuiTask
-
-    for size, difficulty in (((160, 90), 1.0), ((224, 224), 1.0), ((64, 64), 0.0)):
-        task = GuiTask(size=size)
-        try:
-            for seed in range(6):
-                ex = task.sample(random.Random(seed), difficulty)
-                assert ex.image.size == size and answer_problem("gui", ex.answer) is None
-                # the taught click lands on the target element in the rendered page
-                x, y = json.loads(ex.answer_text)["point"]
-                hit = task._page.evaluate(
-                    "([x, y]) => document.elementFromPoint(x, y).textContent",
-                    [x / 999 * size[0], y / 999 * size[1]],
-                )
-                assert ex.prompt.startswith(f"Click the {hit} "), (size, ex.prompt, hit)
-                # the rows spread down the whole page, not its top 112 pixels
-                ys = [int(y) for y in re.findall(r"at \d+,(\d+)", ex.caption)]
-                assert max(ys) > 600 and min(ys) < 200, (size, ex.caption)
-        finally:
-            task.close()
-    task = GuiTask(size=(64, 64))
-    try:
-        with pytest.raises(ValueError, match=r"a 64x64 GUI page is too small for 5 elements"):
-            task.sample(random.Random(0), 1.0)
-    finally:
-        task.close()
-
-
-@pytest.mark.skipif("gui" not in DOMAINS, reason="needs Chromium")
-def test_gui_elements_wider_than_the_layout_allows_are_moved_onto_the_page(monkeypatch):
-    """The layout leaves room for the labels in DejaVu Sans Bold; a label rendered wider (a
-    wider font, longer labels) ran past the page's right edge, and its box was cut there."""
-    import random
-
-    from rlcs.tasks import gui
-
-    monkeypatch.setattr(gui, "LABELS", ["Preferences", "Subscriptions", "Notifications",
-                                        "Downloads", "Accessibility", "Bookmarks"])  # fmt: skip
-    task = gui.GuiTask()
-    try:
-        for seed in range(6):
-            ex = task.sample(random.Random(seed), 1.0)
-            rects = task._page.evaluate(gui.ELEMENT_RECTS, len(ex.meta["labels"]))
-            assert all(x >= 0 and x + w <= 112 for x, _, w, _ in rects), rects
-            x, y = json.loads(ex.answer_text)["point"]
-            hit = task._page.evaluate(
-                "([x, y]) => document.elementFromPoint(x, y).textContent",
-                [x / 999 * 112, y / 999 * 112],
-            )
-            assert ex.prompt.startswith(f"Click the {hit} ")
-    finally:
-        task.close()
-
-
 def _tasks(path: Path) -> list[str]:
     """Each row's task as ``Example.task`` names it: the math expression in its meta, else
     the prompt with the answer (a pretraining row: its caption, which names the task)."""
@@ -448,31 +368,6 @@ def test_a_held_out_share_too_small_to_draw_from_is_refused(tmp_path, monkeypatc
                         difficulty=(0.0, 0.3), heldout="apart", progress=False)  # fmt: skip
     with pytest.raises(ValueError, match="heldout must be one of drawn, apart, got 'kept'"):
         build_task_data(tmp_path, heldout="kept", progress=False)
-
-
-def test_glyphs_are_drawn_in_fonts_matplotlib_ships(monkeypatch):
-    """The fonts come with matplotlib, not from the machine's own fonts, so a seed gives the
-    same images everywhere; every varied font has every glyph the generators draw (none falls
-    back to a missing-glyph box, which would make answers illegible)."""
-    import string
-
-    import matplotlib
-    from fontTools.ttLib import TTFont
-
-    from rlcs.tasks import base
-
-    shipped = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
-    assert base.font_dir() == shipped
-    assert all(Path(f).parent == shipped for f in base.font_files())
-    assert base.BOLD_FONT in base.VARIED_FONTS
-    drawn = set(string.ascii_uppercase + string.digits + "+-*")
-    for path in base.font_files():
-        cmap = TTFont(path).getBestCmap()
-        assert all(ord(c) in cmap for c in drawn), path
-    # a missing file says which and how to get it back
-    monkeypatch.setattr(base, "font_dir", lambda: Path("/nowhere"))
-    with pytest.raises(FileNotFoundError, match="DejaVuSans-Bold.ttf.*reinstall matplotlib"):
-        base.font_path(base.BOLD_FONT)
 
 
 def test_a_rebuild_removes_the_images_no_split_refers_to(tmp_path):
