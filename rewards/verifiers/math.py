@@ -3,8 +3,8 @@
 Order of checks, cheapest first: identical normalised text; multiple-choice letters; the exact
 fast path for plain numbers (most answers, no SymPy at all); then SymPy objects from the parse
 tree, compared in ``math_equal``: numeric match with a relative tolerance, sets and intervals
-(open vs closed ends matter), tuples, equations, and symbolic ``simplify(a - b) == 0``. Near misses stay misses: the
-tolerance is relative, so 1/2004! and 1/2006! differ.
+(open vs closed ends matter), tuples, equations, and symbolic ``simplify(a - b) == 0``. Near
+misses stay misses: the tolerance is relative, so 1/2004! and 1/2006! differ.
 """
 
 from __future__ import annotations
