@@ -84,18 +84,21 @@ def test_a_jittered_line_keeps_its_glyphs_one_cell_apart():
         assert img.width >= 7 * TOKEN_PX  # a spare cell to move in
 
 
+#: The text of the element (``#e0`` ...) at a page point, for a check that a click hits it.
+ELEMENT_AT = "([x, y]) => document.elementFromPoint(x, y).closest('[id]').textContent"
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
 def test_gui_pages_of_other_sizes_keep_every_element_on_the_page():
     """The layout was fixed for 112 x 112: on a smaller page the lower elements fell off it
     (a target box cut to [531, 999, 999, 999], which no verifier can score, on an element the
     screenshot does not show); a larger page kept them in its top-left corner. The layout now
     follows the size, and a page too small for its elements is a ValueError saying so."""
-    import random
-
     from rewards import answer_problem
     from rlcs.tasks.gui import GuiTask
 
-    for size, difficulty in (((160, 90), 1.0), ((224, 224), 1.0), ((64, 64), 0.0)):
+    for size, difficulty in (((160, 90), 1.0), ((224, 224), 1.0), ((112, 112), 1.0),
+                             ((112, 112), 0.0), ((168, 84), 0.3)):  # fmt: skip
         task = GuiTask(size=size)
         try:
             for seed in range(6):
@@ -103,20 +106,60 @@ def test_gui_pages_of_other_sizes_keep_every_element_on_the_page():
                 assert ex.image.size == size and answer_problem("gui", ex.answer) is None
                 # the taught click lands on the target element in the rendered page
                 x, y = json.loads(ex.answer_text)["point"]
-                hit = task._page.evaluate(
-                    "([x, y]) => document.elementFromPoint(x, y).textContent",
-                    [x / 999 * size[0], y / 999 * size[1]],
-                )
+                hit = task._page.evaluate(ELEMENT_AT, [x / 999 * size[0], y / 999 * size[1]])
                 assert ex.prompt.startswith(f"Click the {hit} "), (size, ex.prompt, hit)
-                # the rows spread down the whole page, not its top 112 pixels
-                ys = [int(y) for y in re.findall(r"at \d+,(\d+)", ex.caption)]
-                assert max(ys) > 600 and min(ys) < 200, (size, ex.caption)
+                if difficulty >= 0.5:  # the rows spread down the whole page, not its top 112 px
+                    ys = [int(y) for y in re.findall(r"at \d+,(\d+)", ex.caption)]
+                    assert max(ys) > 600 and min(ys) < 200, (size, ex.caption)
         finally:
             task.close()
     task = GuiTask(size=(64, 64))
     try:
         with pytest.raises(ValueError, match=r"a 64x64 GUI page is too small for 5 elements"):
             task.sample(random.Random(0), 1.0)
+        # easy pages put a label's letters a token each: 64 px holds two
+        with pytest.raises(ValueError, match=r"a 64x64 GUI page is too small for 2 elements on "
+                           r"its 2x2 grid of 28-px image tokens"):  # fmt: skip
+            task.sample(random.Random(0), 0.0)
+    finally:
+        task.close()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
+def test_easy_gui_labels_sit_one_glyph_per_image_token():
+    """Below difficulty 0.5 a GUI page is a menu laid out on the image-token grid as math and
+    OCR text is: each element a row of whole tokens at the left edge, one letter centred in
+    each, so that a label is read glyph by glyph (11-px labels straddling tokens at any offset
+    were read at chance); the SFT reasoning reads the rows top to bottom, then clicks."""
+    from rlcs.tasks.gui import ELEMENT_RECTS, GuiTask
+
+    task = GuiTask()
+    try:
+        for seed in range(8):
+            ex = task.sample(random.Random(seed), 0.3)
+            labels = ex.meta["labels"]
+            rects = task._page.evaluate(ELEMENT_RECTS, len(labels))
+            rows = set()
+            for label, (x, y, w, h) in zip(labels, rects, strict=True):
+                assert x == 0 and y % TOKEN_PX == 0, (label, x, y)
+                assert (w, h) == (len(label) * TOKEN_PX, TOKEN_PX), (label, w, h)
+                rows.add(y)
+                # each letter's ink is centred in its own token, clear of the token's edges
+                row = ex.image.crop((x, y, x + w, y + h))
+                for i in range(len(label)):
+                    cell = row.crop((i * TOKEN_PX, 0, (i + 1) * TOKEN_PX, TOKEN_PX))
+                    grey = cell.convert("L")
+                    back = grey.getpixel((1, 1))
+                    ink = [c for c in range(TOKEN_PX)
+                           if any(abs(grey.getpixel((c, r)) - back) > 96 for r in range(TOKEN_PX))]  # fmt: skip
+                    assert ink and ink[0] >= 2 and ink[-1] <= TOKEN_PX - 3, (label, i, ink)
+                    assert abs((ink[0] + ink[-1]) / 2 - TOKEN_PX / 2) <= 2.5, (label, i, ink)
+            assert len(rows) == len(labels)  # a row each
+            ys = re.findall(r"at \d+,(\d+)", ex.caption)
+            listed = ", ".join(f"{lab} {y}" for lab, y in zip(labels, ys, strict=True))
+            target = re.match(r"Click the (\w+) ", ex.prompt)[1]
+            point = json.loads(ex.answer_text)["point"]
+            assert ex.reasoning == f"{listed}; {target} at {point[0]},{point[1]}"
     finally:
         task.close()
 
@@ -125,23 +168,18 @@ def test_gui_pages_of_other_sizes_keep_every_element_on_the_page():
 def test_gui_elements_wider_than_the_layout_allows_are_moved_onto_the_page(monkeypatch):
     """The layout leaves room for the labels in DejaVu Sans Bold; a label rendered wider (a
     wider font, longer labels) ran past the page's right edge, and its box was cut there."""
-    import random
-
     from rlcs.tasks import gui
 
     monkeypatch.setattr(gui, "LABELS", ["Preferences", "Subscriptions", "Notifications",
                                         "Downloads", "Accessibility", "Bookmarks"])  # fmt: skip
-    task = gui.GuiTask()
+    task = gui.GuiTask(size=(112, 112))
     try:
         for seed in range(6):
             ex = task.sample(random.Random(seed), 1.0)
             rects = task._page.evaluate(gui.ELEMENT_RECTS, len(ex.meta["labels"]))
             assert all(x >= 0 and x + w <= 112 for x, _, w, _ in rects), rects
             x, y = json.loads(ex.answer_text)["point"]
-            hit = task._page.evaluate(
-                "([x, y]) => document.elementFromPoint(x, y).textContent",
-                [x / 999 * 112, y / 999 * 112],
-            )
+            hit = task._page.evaluate(ELEMENT_AT, [x / 999 * 112, y / 999 * 112])
             assert ex.prompt.startswith(f"Click the {hit} ")
     finally:
         task.close()
