@@ -211,10 +211,9 @@ class GuiTask(TaskGenerator):
         n = 2 + round(difficulty * 3)
         labels = rng.sample(LABELS, n)
         target = rng.randrange(n)
-        if difficulty < 0.5:
-            elements = self._grid_elements(rng, labels)
-        else:
-            elements = self._free_elements(rng, labels)
+        menu = difficulty < 0.5  # the easy end: a menu on the image-token grid
+        layout = self._grid_elements if menu else self._free_elements
+        elements = layout(rng, labels)
         width = self.size[0]
         page = self._page_handle()
         page.set_content(
@@ -234,7 +233,7 @@ class GuiTask(TaskGenerator):
         kinds = ["link" if e.startswith("<a") else "button" for e in elements]
         points = [[(b[0] + b[2]) // 2, (b[1] + b[3]) // 2] for b in boxes]
         box, point, label, kind = boxes[target], points[target], labels[target], kinds[target]
-        if difficulty < 0.5:
+        if menu:
             # read the menu top to bottom, each label with its row's y, then click the one
             # asked for: the tiny model did not find a named label's row in one step
             rows = ", ".join(f"{lab} {p[1]}" for lab, p in zip(labels, points, strict=True))
