@@ -4,6 +4,7 @@ one-line error before any model loads, and each script ends with one RESULT line
 import argparse
 import asyncio
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,36 @@ def test_a_bad_count_is_a_usage_error(script, args, message):
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert message in out.stderr.splitlines()[-1]
+
+
+def test_induction_probe_writes_lists_whose_lookups_repeat_the_listed_numbers(load, tmp_path):
+    probe = load("induction_probe")
+    out = tmp_path / "lists.jsonl"
+    assert probe.write_lists(out, 50, seed=7) == 50
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows[:2]] == ["lookup-00000", "lookup-00001"]
+    for row in rows:
+        listed, *lookups = row["text"].split("; ")
+        numbers = dict(pair.split(" ") for pair in listed.split(", "))
+        assert 2 <= len(numbers) <= 5 and 1 <= len(lookups) <= 3
+        for lookup in lookups:
+            label, number = lookup.split(" ")
+            assert numbers[label] == number and len(number) == 3
+    probe.write_lists(tmp_path / "again.jsonl", 50, seed=7)  # the same seed, the same lists
+    assert (tmp_path / "again.jsonl").read_text() == out.read_text()
+    with pytest.raises(SystemExit, match="--lists must be at least 1, got 0"):
+        probe.write_lists(out, 0, seed=0)
+    with pytest.raises(SystemExit, match="no config.json there"):
+        probe.probe(tmp_path / "no-model", 3)
+
+
+def test_induction_probe_scores_a_model_and_ends_with_its_result_line(tiny_text_model):
+    done = run_script("induction_probe", "probe", str(tiny_text_model), "--lists", "4")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    fields = dict(kv.split("=") for kv in last.removeprefix("RESULT ").split())
+    assert last.startswith("RESULT ") and fields["lists"] == "4"
+    copied, first = float(fields["copied"]), float(fields["first_digit"])
+    # four lists: quarters; an exact copy has its first digit right
+    assert copied * 4 == round(copied * 4) and first * 4 == round(first * 4)
+    assert 0.0 <= copied <= first <= 1.0
