@@ -24,6 +24,8 @@ import random
 import re
 from pathlib import Path
 
+from rounds import count
+
 #: The probe's fresh lists come from a seed of their own, not the written rows' (``--seed``).
 PROBE_SEED = 123
 
@@ -44,10 +46,8 @@ def make_list(rng: random.Random, queries: int | None = None) -> tuple[str, list
     return listed, [(keys[i], values[i]) for i in picks]
 
 
-def write_lists(out: Path, lists: int, seed: int) -> int:
+def write_lists(out: Path, lists: int, seed: int) -> None:
     """Write ``lists`` pretraining rows (``{"id", "text"}``) of 1 to 3 lookups each to ``out``."""
-    if lists < 1:
-        raise SystemExit(f"--lists must be at least 1, got {lists}")
     rng = random.Random(seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:
@@ -55,10 +55,10 @@ def write_lists(out: Path, lists: int, seed: int) -> int:
             listed, looked_up = make_list(rng)
             text = listed + "".join(f"; {k} {v}" for k, v in looked_up)
             f.write(json.dumps({"id": f"lookup-{i:05d}", "text": text}) + "\n")
-    return lists
 
 
 def check_model(path: Path) -> None:
+    """A one-line error, before anything heavy is imported, when ``path`` holds no model."""
     if not (path / "config.json").is_file():
         raise SystemExit(f"{path}: no config.json there; probe takes an HF model directory")
 
@@ -66,13 +66,13 @@ def check_model(path: Path) -> None:
 def probe(path: Path, lists: int) -> tuple[float, float]:
     """The fractions of ``lists`` fresh lists whose looked-up number the model at ``path``
     writes exactly, greedy, and whose first digit it writes."""
+    check_model(path)
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     from rlcs.progress import progress_bar
     from rlcs.vlm_processor import is_vision_model, load_vlm_processor
 
-    check_model(path)
     if is_vision_model(path):
         tokenizer = load_vlm_processor(path).tokenizer
         model = AutoModelForImageTextToText.from_pretrained(path)
@@ -101,18 +101,16 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write the lists as pretraining rows (JSONL)")
     w.add_argument("out", type=Path)
-    w.add_argument("--lists", type=int, default=2048)
+    w.add_argument("--lists", type=count(1), default=2048)
     w.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("probe", help="a checkpoint's copies on fresh lists")
     p.add_argument("model", type=Path, help="an HF model directory")
-    p.add_argument("--lists", type=int, default=100)
+    p.add_argument("--lists", type=count(1), default=100)
     args = ap.parse_args(argv)
     if args.command == "write":
-        n = write_lists(args.out, args.lists, args.seed)
-        print(f"{n} lists -> {args.out}")
+        write_lists(args.out, args.lists, args.seed)
+        print(f"{args.lists} lists -> {args.out}")
         return
-    if args.lists < 1:
-        raise SystemExit(f"--lists must be at least 1, got {args.lists}")
     copied, first_digit = probe(args.model, args.lists)
     print(f"RESULT lists={args.lists} copied={copied:.3f} first_digit={first_digit:.3f}")
 
