@@ -9,7 +9,6 @@ writes, for each domain, the RL items (train and held-out splits, in the dataset
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import numbers
 import random
@@ -67,12 +66,15 @@ def generate(
 def _draw(
     domain: str, n: int | None, seed: int, lo: float, hi: float, generator: TaskGenerator | None
 ):
-    """``n`` examples (None: without end) from the seed's stream."""
+    """``n`` examples (None: without end) from the seed's stream, ``gen.batch`` at a time."""
     rng = random.Random(f"{domain}:{seed}")
     gen = generator if generator is not None else GENERATORS[domain]()
     try:
-        for _ in range(n) if n is not None else itertools.count():
-            yield gen.sample(rng, rng.uniform(lo, hi))
+        left = n
+        while left is None or left > 0:
+            k = gen.batch if left is None else min(gen.batch, left)
+            yield from gen.sample_many(rng, lo, hi, k)
+            left = None if left is None else left - k
     finally:
         if generator is None:
             gen.close()

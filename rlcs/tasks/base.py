@@ -65,8 +65,17 @@ class TaskGenerator(ABC):
 
     domain: str = ""
 
+    #: examples ``_draw`` asks ``sample_many`` for at a time: more where they are cheaper
+    #: made together (the GUI one's pages share a screenshot)
+    batch: int = 1
+
     @abstractmethod
     def sample(self, rng: random.Random, difficulty: float) -> Example: ...
+
+    def sample_many(self, rng: random.Random, lo: float, hi: float, n: int) -> list[Example]:
+        """``n`` examples, each at a difficulty drawn from [lo, hi) just before it: the same
+        examples, in the same order, for every way of cutting a stream into calls."""
+        return [self.sample(rng, rng.uniform(lo, hi)) for _ in range(n)]
 
     def close(self) -> None:  # noqa: B027 - optional hook, most generators hold nothing
         """Release anything the generator holds (a browser, for instance)."""

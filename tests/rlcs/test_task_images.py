@@ -138,7 +138,7 @@ def test_easy_gui_labels_sit_one_glyph_per_image_token():
         for seed in range(8):
             ex = task.sample(random.Random(seed), 0.3)
             labels = ex.meta["labels"]
-            rects = task._page.evaluate(ELEMENT_RECTS, len(labels))
+            rects = task._page.evaluate(ELEMENT_RECTS, [len(labels)])[0]
             rows = set()
             for label, (x, y, w, h) in zip(labels, rects, strict=True):
                 assert x == 0 and y % TOKEN_PX == 0, (label, x, y)
@@ -176,10 +176,46 @@ def test_gui_elements_wider_than_the_layout_allows_are_moved_onto_the_page(monke
     try:
         for seed in range(6):
             ex = task.sample(random.Random(seed), 1.0)
-            rects = task._page.evaluate(gui.ELEMENT_RECTS, len(ex.meta["labels"]))
+            rects = task._page.evaluate(gui.ELEMENT_RECTS, [len(ex.meta["labels"])])[0]
             assert all(x >= 0 and x + w <= 112 for x, _, w, _ in rects), rects
             x, y = json.loads(ex.answer_text)["point"]
             hit = task._page.evaluate(ELEMENT_AT, [x / 999 * 112, y / 999 * 112])
             assert ex.prompt.startswith(f"Click the {hit} ")
+        # on a sheet of pages each is pulled in at its own right edge, not the sheet's
+        examples = task.sample_many(random.Random(7), 1.0, 1.0, 9)
+        counts = [len(ex.meta["labels"]) for ex in examples]
+        for ex, rects in zip(examples, task._page.evaluate(gui.ELEMENT_RECTS, counts), strict=True):
+            assert all(x >= 0 and x + w <= 112 for x, _, w, _ in rects), rects
+            x, y = json.loads(ex.answer_text)["point"]
+            hit = [lab for lab, (rx, ry, w, h) in zip(ex.meta["labels"], rects, strict=True)
+                   if rx <= x / 999 * 112 <= rx + w and ry <= y / 999 * 112 <= ry + h]  # fmt: skip
+            assert ex.prompt.startswith(f"Click the {hit[0]} ")
     finally:
         task.close()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
+@pytest.mark.parametrize("difficulty", [(0.0, 0.3), (0.5, 1.0)])
+def test_gui_pages_rendered_a_sheet_at_a_time_are_the_pages_rendered_alone(difficulty):
+    """Pages are rendered ``SHEET_PAGES`` to a screenshot (a screenshot of one page cost as
+    much as one of 32): every example, pixels and boxes, is the one a page alone gives, so a
+    seed's data do not depend on how its stream is cut into sheets."""
+    from rlcs.tasks import gui
+
+    n = gui.SHEET_PAGES + 5  # a full sheet and part of another
+    task = gui.GuiTask()
+    try:
+        rng = random.Random("gui:0")  # the stream generate(..., seed=0) draws from
+        alone = [task.sample(rng, rng.uniform(*difficulty)) for _ in range(n)]
+        streamed = list(generate("gui", n, seed=0, difficulty=difficulty, generator=task))
+        together = task.sample_many(random.Random("gui:0"), *difficulty, n)
+    finally:
+        task.close()
+    for drawn in (streamed, together):
+        assert len(drawn) == n
+        for a, b in zip(alone, drawn, strict=True):
+            assert (a.prompt, a.answer, a.reasoning, a.caption, a.meta) == (
+                b.prompt, b.answer, b.reasoning, b.caption, b.meta)  # fmt: skip
+            assert a.image.size == b.image.size and a.image.tobytes() == b.image.tobytes()
+    # the pages differ from each other: the sheet is not one page cropped n times
+    assert len({ex.image.tobytes() for ex in together}) > n // 2
