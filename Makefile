@@ -44,10 +44,11 @@ else
 	@# builds; next to CPU torch they break every transformers import, and nothing here needs them
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
 	@# DeepSpeed compiles its CPU shared-memory collective op when the first learner starts
-	@# (about a minute, once per venv); build it here so that the first run does not wait.
-	@# With the venv's bin/ first on PATH, as `make test` and `make demo` run: a build by
-	@# another ninja (Debian's) counts as stale to the venv's, and the first learner rebuilt it
-	$(RUN) $(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()"
+	@# (about a minute, once per venv, in a folder of the venv's own: actors/network.py); build
+	@# it here so that the first run does not wait. With the venv's bin/ first on PATH, as
+	@# `make test` and `make demo` run: a build by another ninja (Debian's) counts as stale to
+	@# the venv's, and the first learner rebuilt it
+	$(RUN) $(BIN)/python -c "from actors.network import build_cpu_collective_op as b; b()"
 endif
 	rm -f $(VENV)/.installed-*
 	touch $@

@@ -3,9 +3,11 @@ learner ranks' ``torch.distributed`` group."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -61,6 +63,34 @@ def clear_stale_build_locks(max_age_s: float = STALE_BUILD_LOCK_S) -> list[Path]
     return removed
 
 
+def use_own_extension_dir() -> Path:
+    """Build torch C++ extensions in a folder of this Python environment's own, and return it.
+
+    torch keys its extensions folder (``~/.cache/torch_extensions``) by the Python version
+    alone, and a build records the include paths of the environment that made it: two virtual
+    environments of one machine (two checkouts, a CI clone beside a working one) rebuilt
+    DeepSpeed's CPU collective op over each other's, about 45 s on two cores at the first
+    learner start after the other had run. Each environment (``sys.prefix``) now has a folder
+    of its own inside torch's; ``$TORCH_EXTENSIONS_DIR``, when set, is used as it is."""
+    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        from torch.utils.cpp_extension import get_default_build_root
+
+        env = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:12]
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(get_default_build_root()) / f"env-{env}")
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+
+
+def build_cpu_collective_op() -> None:
+    """Build (or check) DeepSpeed's CPU shared-memory collective op where a CPU learner rank
+    loads it from: ``make install`` runs this, so that the first run does not wait for it."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    use_own_extension_dir()
+    clear_stale_build_locks()
+    from deepspeed.accelerator import get_accelerator
+
+    get_accelerator().create_op_builder("ShareMemCommBuilder").load()
+
+
 def join_process_group(
     device: str, rank: int, world_size: int, master_addr: str | None, master_port: int | None
 ) -> None:
@@ -72,7 +102,8 @@ def join_process_group(
     if device == "cpu":
         # DeepSpeed picks CUDA whenever it sees a GPU; a CPU learner must say so before import.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        clear_stale_build_locks()  # its CPU collective op is loaded under such a lock
+        use_own_extension_dir()  # where its CPU collective op is built and loaded from
+        clear_stale_build_locks()  # it is loaded under such a lock
     import deepspeed
     import torch
 
