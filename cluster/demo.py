@@ -6,21 +6,24 @@ split, run RL with curriculum sampling on the reward pool and sampler (the dashb
 live run), evaluate again, and write ``report.md`` (results, stage times, plots). It ends with
 a table of per-domain pass rates after SFT and after RL, and a ``RESULT`` line (their
 formatting and writing: ``cluster/demo_report.py``; what ``--resume`` keeps:
-``cluster/demo_ledger.py``).
+``cluster/demo_ledger.py``; the dashboard's process: ``cluster/demo_dashboard.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cluster.demo_dashboard import (
+    dashboard_line,
+    start_dashboard,
+    stop_dashboard,
+)
 from cluster.demo_ledger import (
     STAGE_DONE,
     LedgerError,
@@ -57,8 +60,6 @@ RL = ["run.eval_every=6"]
 AFTER_RL_S = 45.0
 #: ``--dashboard-port``'s default (cluster/cli.py): the resume command names another one
 DASHBOARD_PORT = 8266
-#: The environment variable whose token ``rlcs dashboard`` asks for when it is set
-DASHBOARD_TOKEN_ENV = "RLCS_DASHBOARD_TOKEN"
 
 
 #: What a finished stage leaves in its directory, that the stages after it read: a stage kept on
@@ -123,53 +124,6 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     return load_config(
         base, [*overrides, f"run.root={run_root}", f"run.name={name}", "run.save_every=0"]
     )
-
-
-#: ``rlcs dashboard`` in a process that ends when the demo's does, however that ends: a demo
-#: killed outright (``kill``, an OOM) runs no ``finally``, and its server would go on holding
-#: the port that ``rlcs demo --resume`` then finds taken. argv: the demo's pid, then the
-#: ``rlcs`` arguments.
-DASHBOARD_BOOT = """\
-import os, sys, threading, time
-parent = int(sys.argv[1])
-def watch():
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(0)
-threading.Thread(target=watch, daemon=True).start()
-from cluster.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-def start_dashboard(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    """The dashboard server for ``run_dir``, its output in ``log``; it stops when this process
-    ends (``stop_dashboard`` stops it before)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    argv = [str(os.getpid()), "dashboard", str(run_dir), "--port", str(port)]
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", DASHBOARD_BOOT, *argv], stdout=out, stderr=subprocess.STDOUT
-        )
-
-
-def stop_dashboard(dash: subprocess.Popen, timeout_s: float = 5.0) -> None:
-    """Stop the server and wait for it: killed if it does not stop within ``timeout_s``."""
-    dash.terminate()
-    try:
-        dash.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        dash.kill()
-        dash.wait()
-
-
-def dashboard_line(root: Path, port: int) -> str:
-    """What the demo prints where it starts the dashboard: the address, and the token that it
-    asks for when ``$RLCS_DASHBOARD_TOKEN`` is set (the server reads it from there)."""
-    line = f"curriculum dashboard: http://127.0.0.1:{port}/"
-    if os.environ.get(DASHBOARD_TOKEN_ENV):
-        line += f"?token=<${DASHBOARD_TOKEN_ENV}> (it asks for the token in ${DASHBOARD_TOKEN_ENV})"
-    return line + f" (its log: {root / 'dashboard.log'})"
 
 
 def rl_budget_line(budget_s: float, spent_s: float, limit_s: float, iterations: int) -> str:
