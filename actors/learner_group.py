@@ -117,7 +117,14 @@ class LearnerGroup:
         """One call of ``stage`` (default: the config's) on ``batch``; metrics summed over ranks
         where they are sums (loss, tokens, clipped), else rank 0's."""
         self._check_ready()
-        steps = prepare_step(
+        return self.run_prepared(self.prepare(stage, batch, micro_batch), stage)
+
+    def prepare(
+        self, stage: str | None, batch: list[Any], micro_batch: int | None = None
+    ) -> list[Any]:
+        """The driver's share of a ``train_step``: ``batch`` as each rank's work. It calls no
+        rank, so it can run while the ranks train on the step before (``run_supervised``)."""
+        return prepare_step(
             stage or self.config.stage,
             batch,
             self.config,
@@ -125,6 +132,10 @@ class LearnerGroup:
             self.processor,
             micro_batch,
         )
+
+    def run_prepared(self, steps: list[Any], stage: str | None = None) -> dict[str, float]:
+        """The ranks' share of a ``train_step``: each runs its work of ``prepare``."""
+        self._check_ready()
         refs = [a.run_step.remote(s) for a, s in zip(self.actors, steps, strict=True)]
         results = self._gather(refs, f"the {stage or self.config.stage} step")
         out = dict(results[0])

@@ -162,18 +162,55 @@ def test_supervised_steps_stop_under_the_limit(monkeypatch, clock, capsys):
         "configs/tiny-text.yaml", ["stage=sft", "learner.steps=10", "run.max_wall_s=35"]
     )
 
-    def train_step(stage, rows):
+    def run_prepared(work, stage):
         clock.now += 10.0
         return {"loss": 1.0, "tokens": 100, "step_s": 10.0}
 
     monkeypatch.setattr(train, "supervised_batch", lambda rows, step, batch, seed: rows)
-    roles = SimpleNamespace(learner=SimpleNamespace(train_step=train_step))
+    learner = SimpleNamespace(prepare=lambda stage, rows: rows, run_prepared=run_prepared)
+    roles = SimpleNamespace(learner=learner)
     rec = Recorder()
     train.run_supervised(cfg, roles, StageData(rows=[{}]), rec, rec, 0, WallBudget(35.0))
     # after step 3 (30 s) a fourth would end at 40
     assert [step for step, _ in rec.logged] == [1, 2, 3]
     assert rec.saves[-1] == (3, True)
     assert "stopped after step 3 of 10" in capsys.readouterr().err
+
+
+def test_the_next_supervised_step_is_prepared_while_the_ranks_train_on_this_one(monkeypatch):
+    """The driver's share of a step (rows read, images decoded, documents packed) runs in a
+    thread while the ranks train on the step before; a step whose preparation fails fails at
+    that step, after the steps before it were trained and logged."""
+    import threading
+
+    cfg = load_config("configs/tiny-text.yaml", ["stage=sft", "learner.steps=6"])
+    monkeypatch.setattr(train, "supervised_batch", lambda rows, step, batch, seed: step)
+    prepared, ran = [], []
+    next_ready = threading.Condition()
+
+    def prepare(stage, step):
+        assert threading.current_thread() is not threading.main_thread()
+        if step == 4:
+            raise ValueError("sft batch has no trainable tokens")
+        with next_ready:
+            prepared.append(step)
+            next_ready.notify_all()
+        return f"work {step}"
+
+    def run_prepared(work, stage):
+        step = int(work.split()[1])
+        if step < 3:  # the next step is prepared while this one trains (else this times out)
+            with next_ready:
+                assert next_ready.wait_for(lambda: step + 1 in prepared, timeout=10)
+        ran.append(work)
+        return {"loss": 1.0, "tokens": 10, "step_s": 0.1}
+
+    roles = SimpleNamespace(learner=SimpleNamespace(prepare=prepare, run_prepared=run_prepared))
+    rec = Recorder()
+    with pytest.raises(ValueError, match="no trainable tokens"):
+        train.run_supervised(cfg, roles, StageData(rows=[{}]), rec, rec, 0, WallBudget(None))
+    assert ran == ["work 0", "work 1", "work 2", "work 3"]
+    assert [step for step, _ in rec.logged] == [1, 2, 3, 4]
 
 
 def test_the_limit_must_be_positive():
