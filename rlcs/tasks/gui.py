@@ -81,7 +81,8 @@ def _playwrights_chromium() -> str | None:
 #: about the same for one 224 x 112 page as for a sheet of 32 (23 ms of the 32 a page took on
 #: two cores), so the GUI data of ``rlcs demo`` (1,664 pages) renders in seconds, not a minute.
 SHEET_PAGES = 32
-#: the widest a sheet gets, in pixels: pages go side by side up to it, then in rows below
+#: the side of a sheet, in pixels: pages go side by side up to it, in rows down to it (a page
+#: larger than that is a sheet of its own)
 SHEET_PX = 1024
 #: ``[x, y, width, height]`` of each page's elements ``#t{k}e0`` .. (``counts[k]`` of them on
 #: page ``k``, the sheet's element ``#t{k}``), in that page's pixels.
@@ -121,7 +122,6 @@ class GuiTask(TaskGenerator):
     started on first use and kept until ``close``."""
 
     domain = "gui"
-    batch = SHEET_PAGES
 
     @classmethod
     def check_ready(cls) -> None:
@@ -129,6 +129,9 @@ class GuiTask(TaskGenerator):
 
     def __init__(self, size: tuple[int, int] = (224, 112), executable: str | None = None):
         self.size, self.executable = size, executable
+        width, height = size
+        #: pages a sheet holds (``_draw`` asks for as many at a time)
+        self.batch = min(SHEET_PAGES, max(1, SHEET_PX // width) * max(1, SHEET_PX // height))
         self._pw = self._browser = self._page = self._sheet = None
 
     def _page_handle(self, sheet: tuple[int, int]):
@@ -238,10 +241,10 @@ class GuiTask(TaskGenerator):
 
     def sample_many(self, rng: random.Random, lo: float, hi: float, n: int) -> list[Example]:
         """``n`` pages drawn as ``n`` calls of ``sample`` draw them (the same examples, to the
-        pixel), rendered ``SHEET_PAGES`` at a time."""
+        pixel), rendered a sheet (``batch`` pages) at a time."""
         pages = [self._compose(rng, rng.uniform(lo, hi)) for _ in range(n)]
-        return [ex for k in range(0, n, SHEET_PAGES)
-                for ex in self._render(pages[k : k + SHEET_PAGES])]  # fmt: skip
+        return [ex for k in range(0, n, self.batch)
+                for ex in self._render(pages[k : k + self.batch])]  # fmt: skip
 
     def _render(self, pages: list[_Page]) -> list[Example]:
         """Lay ``pages`` out side by side on one sheet, each its own ``self.size`` box that

@@ -202,8 +202,10 @@ def test_gui_pages_rendered_a_sheet_at_a_time_are_the_pages_rendered_alone(diffi
     seed's data do not depend on how its stream is cut into sheets."""
     from rlcs.tasks import gui
 
-    n = gui.SHEET_PAGES + 5  # a full sheet and part of another
     task = gui.GuiTask()
+    assert task.batch == gui.SHEET_PAGES  # 32 of the demo's 224 x 112 pages to a 896 x 896 sheet
+    assert gui.GuiTask(size=(800, 600)).batch == 1  # a sheet no larger than it must be
+    n = task.batch + 5  # a full sheet and part of another
     try:
         rng = random.Random("gui:0")  # the stream generate(..., seed=0) draws from
         alone = [task.sample(rng, rng.uniform(*difficulty)) for _ in range(n)]
