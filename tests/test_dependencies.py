@@ -17,6 +17,8 @@ from rlcs.tasks.gui import CHROMIUM, CHROMIUM_ARGS
 
 DS_SCRIPT = """
 import json, os, sys
+from actors.network import use_own_extension_dir
+use_own_extension_dir()  # the CPU collective op where the learner ranks build and load it
 import torch, deepspeed
 from transformers import AutoModelForCausalLM
 deepspeed.init_distributed(dist_backend="gloo")
