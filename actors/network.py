@@ -80,12 +80,19 @@ def use_own_extension_dir() -> Path:
     return Path(os.environ["TORCH_EXTENSIONS_DIR"])
 
 
-def build_cpu_collective_op() -> None:
-    """Build (or check) DeepSpeed's CPU shared-memory collective op where a CPU learner rank
-    loads it from: ``make install`` runs this, so that the first run does not wait for it."""
+def deepspeed_on_cpu() -> None:
+    """Ready this process for DeepSpeed on CPU, before it is imported: the CPU accelerator
+    (DeepSpeed picks CUDA whenever it sees a GPU), the environment's own extensions folder,
+    where its CPU collective op is built and loaded from, and no stale lock there."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     use_own_extension_dir()
     clear_stale_build_locks()
+
+
+def build_cpu_collective_op() -> None:
+    """Build (or check) DeepSpeed's CPU shared-memory collective op where a CPU learner rank
+    loads it from: ``make install`` runs this, so that the first run does not wait for it."""
+    deepspeed_on_cpu()
     from deepspeed.accelerator import get_accelerator
 
     get_accelerator().create_op_builder("ShareMemCommBuilder").load()
@@ -100,10 +107,7 @@ def join_process_group(
     already holds is used as it is.
     """
     if device == "cpu":
-        # DeepSpeed picks CUDA whenever it sees a GPU; a CPU learner must say so before import.
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        use_own_extension_dir()  # where its CPU collective op is built and loaded from
-        clear_stale_build_locks()  # it is loaded under such a lock
+        deepspeed_on_cpu()
     import deepspeed
     import torch
 

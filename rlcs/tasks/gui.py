@@ -132,7 +132,7 @@ class GuiTask(TaskGenerator):
         width, height = size
         #: pages a sheet holds (``_draw`` asks for as many at a time)
         self.batch = min(SHEET_PAGES, max(1, SHEET_PX // width) * max(1, SHEET_PX // height))
-        self._pw = self._browser = self._page = self._sheet = None
+        self._pw = self._browser = self._page = None
 
     def _page_handle(self, sheet: tuple[int, int]):
         """The browser's page, its viewport ``sheet`` pixels (started on first use)."""
@@ -149,17 +149,18 @@ class GuiTask(TaskGenerator):
                 self._pw.stop()  # else its driver process outlives the failed launch
                 self._pw = None
                 raise
-            self._page = self._browser.new_page(viewport={"width": sheet[0], "height": sheet[1]})
-        elif self._sheet != sheet:
-            self._page.set_viewport_size({"width": sheet[0], "height": sheet[1]})
-        self._sheet = sheet
+        viewport = {"width": sheet[0], "height": sheet[1]}
+        if self._page is None:
+            self._page = self._browser.new_page(viewport=viewport)
+        elif self._page.viewport_size != viewport:
+            self._page.set_viewport_size(viewport)
         return self._page
 
     def close(self) -> None:
         if self._browser is not None:
             self._browser.close()
             self._pw.stop()
-        self._pw = self._browser = self._page = self._sheet = None
+        self._pw = self._browser = self._page = None
 
     def _check_layout(self, labels: list[str], rects: list[list[float]]) -> None:
         """A ValueError when an element is not wholly on the page or overlaps another: its box
