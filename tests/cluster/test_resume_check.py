@@ -14,7 +14,7 @@ from cluster.resume_check import (
     check_resume_settings,
     report_resume_changes,
 )
-from cluster.train import prepare_run_dir
+from cluster.run_dir import prepare_run_dir, where_to_resume
 from rlcs.config import load_config
 from rlcs.runlog import write_resolved
 
@@ -369,13 +369,13 @@ def test_ctrl_c_ends_the_run_in_one_line_saying_how_to_go_on(tmp_path, monkeypat
     cfg = load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path}"])
     write_resolved(cfg, run)
     (run / "checkpoints").mkdir()
-    assert train_mod.where_to_resume(cfg) == (
+    assert where_to_resume(cfg) == (
         f"no checkpoint was saved yet in {run}: the same command with --resume starts it over"
     )
     sft = load_config(ROOT / "configs" / "tiny-text.yaml", [*SFT, f"run.root={tmp_path}"])
     (run / "checkpoints" / "step_00000006").mkdir()
     (run / "checkpoints" / "latest").write_text("step_00000006")
-    assert train_mod.where_to_resume(sft) == (
+    assert where_to_resume(sft) == (
         f"its checkpoint of step 6 is intact in {run}: continue with --resume"
     )
 
