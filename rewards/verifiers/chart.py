@@ -15,7 +15,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from rewards.base import Verdict, Verifier
-from rewards.verifiers import math_parse as mp
+from rewards.verifiers import math_text as mt
 from rewards.verifiers.math import DEFAULT_REL_TOL, MathVerifier, truth_type_problem
 from rewards.verifiers.vqa import normalize_pair, normalize_text
 
@@ -42,14 +42,14 @@ def _number_word(pred: str) -> str:
 
 
 def _clean(text: str) -> str:
-    return _CURRENCY.sub("", mp.normalize(text))
+    return _CURRENCY.sub("", mt.normalize(text))
 
 
 def _is_math(gt: str) -> bool:
     """A number or a formula: digits, and no letters but those of LaTeX commands."""
     if not _NUMERIC.search(gt):
         return False
-    return mp.fast_number(gt) is not None or not _LETTER.search(_COMMAND.sub("", gt))
+    return mt.fast_number(gt) is not None or not _LETTER.search(_COMMAND.sub("", gt))
 
 
 class ChartVerifier(Verifier):
@@ -81,7 +81,7 @@ class ChartVerifier(Verifier):
         for p, g in zip(pred_words, gt_words, strict=True):
             if p == g:
                 continue
-            if mp.fast_number(p) is None or mp.fast_number(g) is None:
+            if mt.fast_number(p) is None or mt.fast_number(g) is None:
                 return Verdict(0.0)
             if self._number(p, g, rel_tol).reward < 1.0:
                 return Verdict(0.0)
@@ -91,6 +91,6 @@ class ChartVerifier(Verifier):
         """A year on either side must equal the other side's value exactly (``2019.0`` is
         2019, ``2019.0000001`` is not); other numbers compare as math does."""
         if _year(pred) is not None or _year(gt) is not None:
-            value = mp.fast_number(pred)
-            return Verdict(float(value is not None and value == mp.fast_number(gt)))
+            value = mt.fast_number(pred)
+            return Verdict(float(value is not None and value == mt.fast_number(gt)))
         return self._math.compare(pred, gt, rel_tol)

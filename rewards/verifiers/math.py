@@ -17,6 +17,7 @@ from typing import Any
 from rewards.base import NAN_TRUTH, Verdict, Verifier, text_truth_problem
 from rewards.verifiers import math_conditions as mc
 from rewards.verifiers import math_parse as mp
+from rewards.verifiers import math_text as mt
 from rewards.verifiers.latex_fast import split_top
 from rewards.verifiers.math_equal import equal, equal_as_complex, fast_equal, is_condition
 
@@ -33,7 +34,7 @@ def truth_type_problem(answer: Any) -> str | None:
     a float or its text: it marks a missing value (a spreadsheet's empty cell)."""
     if _is_nan(answer):  # also the text "nan", which an OCR truth may be
         return NAN_TRUTH
-    if isinstance(answer, str) and not mp.normalize(answer):
+    if isinstance(answer, str) and not mt.normalize(answer):
         # an empty cell exported as text: only an empty box would match it
         return "ground truth: empty, no answer; give the answer, or leave the item out"
     return text_truth_problem(answer)
@@ -99,7 +100,7 @@ _BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 def _encloses(s: str) -> bool:
     """Whether the bracket that opens ``s`` is the one that closes it (``(1, 2)``, not
     ``(1) + (2)``)."""
-    return mp.closing_bracket(s, 0) == len(s) - 1
+    return mt.closing_bracket(s, 0) == len(s) - 1
 
 
 def drop_angle_names(s: str) -> str:
@@ -136,9 +137,9 @@ class MathVerifier(Verifier):
     def cache_key(self, extracted: str, answer: Any, options: Mapping[str, Any]) -> Hashable:
         # the flag keeps a refused truth apart from the string it prints as (True, "True")
         ok = truth_type_problem(answer) is None
-        degrees = (mp.has_degrees(extracted), mp.has_degrees(str(answer)))
-        text_mode = mp.in_text_mode(str(answer))  # \text{on} is a word, a bare on a product
-        return (mp.normalize(extracted), mp.normalize(str(answer)), ok, degrees, text_mode)
+        degrees = (mt.has_degrees(extracted), mt.has_degrees(str(answer)))
+        text_mode = mt.in_text_mode(str(answer))  # \text{on} is a word, a bare on a product
+        return (mt.normalize(extracted), mt.normalize(str(answer)), ok, degrees, text_mode)
 
     def check_answer(self, answer: Any) -> str | None:
         return truth_type_problem(answer)
@@ -148,8 +149,8 @@ class MathVerifier(Verifier):
         if problem:
             return Verdict(0.0, "answer", problem)
         rel_tol = float(options.get("rel_tol", DEFAULT_REL_TOL))
-        pred, gt = mp.normalize(extracted), mp.normalize(str(answer))
-        text_mode = mp.in_text_mode(str(answer))
+        pred, gt = mt.normalize(extracted), mt.normalize(str(answer))
+        text_mode = mt.in_text_mode(str(answer))
         verdict = self.compare(pred, gt, rel_tol, text_mode)
         if verdict.reward == 1.0:
             return verdict
@@ -162,7 +163,7 @@ class MathVerifier(Verifier):
         against ``\\frac{\\pi}{6}``, or the other way round): a second reading, tried when
         exactly one side has a degree sign and the other is a multiple of pi; a bare ``30``
         against ``\\frac{\\pi}{6}`` stays wrong."""
-        deg_pred, deg_gt = mp.has_degrees(raw_pred), mp.has_degrees(raw_gt)
+        deg_pred, deg_gt = mt.has_degrees(raw_pred), mt.has_degrees(raw_gt)
         if deg_pred == deg_gt:
             return None
         if deg_pred and _PI.search(gt):
@@ -185,23 +186,23 @@ class MathVerifier(Verifier):
             pred = drop_angle_names(pred)
         if "=" not in pred:
             gt = drop_angle_names(gt)
-        letter = mp.choice_letter(gt)
+        letter = mt.choice_letter(gt)
         if letter is not None:
-            return Verdict(float(mp.pred_choice_letter(pred) == letter))
-        pred, gt = mp.number_words(pred), mp.number_words(gt)  # five is 5
+            return Verdict(float(mt.pred_choice_letter(pred) == letter))
+        pred, gt = mt.number_words(pred), mt.number_words(gt)  # five is 5
         if _is_word(gt, text_mode) and _letters_only(pred):  # BAC is not ABC, as a product is
             p, g = pred.replace(" ", ""), gt.replace(" ", "")
             # a word, not a name in capitals: No solution, no solution; YES, yes
             if not _has_name(gt) or gt.casefold() in _SHORT_WORDS:
                 p, g = p.casefold(), g.casefold()
             return Verdict(float(p == g))
-        gt = mp.scale_words(gt)
-        if mp.fast_number(gt) is not None:
-            pred = mp.strip_unit_words(pred)
+        gt = mt.scale_words(gt)
+        if mt.fast_number(gt) is not None:
+            pred = mt.strip_unit_words(pred)
         fast = fast_equal(pred, gt, rel_tol)
         if fast is not None:
             return Verdict(float(fast))
-        pred, gt = mp.drop_thousands(pred), mp.drop_thousands(gt)  # 1,000 is no list
+        pred, gt = mt.drop_thousands(pred), mt.drop_thousands(gt)  # 1,000 is no list
         try:
             g = mp.to_sympy(gt)
         except mp.MathParseError as e:

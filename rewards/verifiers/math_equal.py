@@ -15,6 +15,7 @@ from sympy.core.function import AppliedUndef
 
 from rewards.verifiers import math_conditions as mc
 from rewards.verifiers import math_parse as mp
+from rewards.verifiers import math_text as mt
 
 
 class Undecided(mp.MathParseError):
@@ -38,7 +39,7 @@ def _is_integer(x: Fraction | complex) -> bool:
 
 def fast_equal(pred: str, gt: str, rel_tol: float) -> bool | None:
     """Decide with exact fractions when both sides are plain numbers; None if either is not."""
-    p, g = mp.fast_number(pred), mp.fast_number(gt)
+    p, g = mt.fast_number(pred), mt.fast_number(gt)
     if p is None or g is None:
         return None
     (pv, ppct), (gv, gpct) = p, g

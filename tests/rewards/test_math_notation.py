@@ -127,11 +127,11 @@ def test_a_degree_sign_on_a_trigonometric_argument_is_read_in_radians(pred, gt, 
 
 
 def test_a_trigonometric_argument_in_degrees_is_normalised_to_radians():
-    from rewards.verifiers import math_parse as mp
+    from rewards.verifiers import math_text as mt
 
-    assert mp.normalize("\\sin 30^\\circ") == "\\sin(\\frac{30\\pi}{180})"
-    assert mp.normalize("\\sin x + 30^\\circ") == "\\sin x + 30"  # the sign on 30, not on x
-    assert not mp.has_degrees("\\sin 30^\\circ") and mp.has_degrees("\\sin x + 30^\\circ")
+    assert mt.normalize("\\sin 30^\\circ") == "\\sin(\\frac{30\\pi}{180})"
+    assert mt.normalize("\\sin x + 30^\\circ") == "\\sin x + 30"  # the sign on 30, not on x
+    assert not mt.has_degrees("\\sin 30^\\circ") and mt.has_degrees("\\sin x + 30^\\circ")
     assert V.cache_key("\\sin 30^\\circ", "0.5", {}) != V.cache_key("\\sin 30", "0.5", {})
 
 
@@ -193,10 +193,10 @@ def test_a_bar_over_digits_after_the_point_is_a_repeating_decimal(pred, gt, rewa
 
 
 def test_a_bar_over_anything_else_is_left_as_written():
-    from rewards.verifiers import math_parse as mp
+    from rewards.verifiers import math_text as mt
 
-    assert mp.normalize("\\overline{AB}") == "\\overline{AB}"  # a segment
-    assert mp.normalize("\\overline{3}") == "\\overline{3}"  # no decimal point before it
+    assert mt.normalize("\\overline{AB}") == "\\overline{AB}"  # a segment
+    assert mt.normalize("\\overline{3}") == "\\overline{3}"  # no decimal point before it
     assert V.verify("\\overline{AB}", "\\overline{AB}", {}) == (1.0, None, None)
 
 
@@ -405,6 +405,6 @@ def test_a_log_base_without_braces_is_one_letter_or_number(pred, gt, reward):
     ],
 )
 def test_an_unbraced_log_base_is_braced_for_the_grammar(text, normal):
-    from rewards.verifiers.math_parse import normalize
+    from rewards.verifiers.math_text import normalize
 
     assert normalize(text) == normal

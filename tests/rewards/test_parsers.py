@@ -10,7 +10,8 @@ from latex2sympy2_extended import latex2sympy
 from rewards import FormatError, extract
 from rewards.verifiers import latex_fast
 from rewards.verifiers.math import MathVerifier, equal
-from rewards.verifiers.math_parse import normalize, to_sympy
+from rewards.verifiers.math_parse import to_sympy
+from rewards.verifiers.math_text import normalize
 
 SAME_MEANING = [
     "17\\sqrt{2}",
