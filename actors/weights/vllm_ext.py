@@ -140,7 +140,10 @@ class WeightSyncExtension:
 
         A push naming a tensor the engine's checkpoint does not hold, or one of another shape,
         is refused with a ``ValueError`` before anything loads; the engine keeps serving the
-        weights it had, and the next push loads as usual.
+        weights it had, and the next push loads as usual. So is a push that leaves out a tensor
+        the last whole push carried (reported as ``missing``): loading the rest would leave the
+        engine on a mix of new and old weights. The first push is checked after its load, for
+        the parameters the loader did not reach.
         """
         staged = self._rlcs_stage()
         if staged.version != version:
@@ -153,6 +156,12 @@ class WeightSyncExtension:
         known = self._rlcs_checkpoint_shapes()
         if known:
             staged.refuse_mismatches(known, "vLLM engine")
+        # the names a whole push carries are those the learner saves (a published checkpoint
+        # may hold more, which neither side loads), so they are learnt from the first push
+        whole = getattr(self, "_rlcs_whole_push", None)
+        if whole and (left_out := sorted(whole - set(staged.names()))):
+            staged.clear()
+            return {"checksums": {}, "missing": left_out, "readback": 0, "timings": {}}
         model = self.model_runner.get_model()
         loaded: set[str] = set()
         original = model.load_weights
@@ -180,6 +189,8 @@ class WeightSyncExtension:
                 checksums[name] = staged.checksum(live[name].data)
                 readback += 1
         missing = sorted(set(live) - loaded) if loaded else []
+        if not missing:
+            self._rlcs_whole_push = set(staged.names())
         timings = {
             "stage_checksum": staged.checksum_seconds,
             "load": t1 - t0,

@@ -214,6 +214,28 @@ def test_a_push_naming_a_tensor_the_model_lacks_loads_nothing_and_the_next_push_
     assert sampled(ray_local, worker) == before
 
 
+def test_a_push_that_leaves_tensors_out_loads_nothing_and_the_next_push_works(
+    ray_local, worker, tiny_text_model
+):
+    """Loading the tensors it did send would leave the engine on a mix of the new weights and
+    the old: the push is refused as a whole, naming what it left out, as the HF engine refuses
+    it, and the engine serves the previous weights unchanged."""
+    from actors.weights import WeightSyncError, make_transport
+
+    learner = learner_model(tiny_text_model, seed=8)
+    transport = make_transport("cpu_bytes", [worker], bucket_mb=1)
+    transport.push(learner.named_parameters())  # a whole push: what every later one must carry
+    before = sampled(ray_local, worker)
+    named = [(n, p.detach()) for n, p in learner_model(tiny_text_model, seed=9).named_parameters()]
+    with pytest.raises(WeightSyncError, match="not covered by the push") as err:
+        transport.push(named[:-2])
+    assert all(name in str(err.value) for name, _ in named[-2:])
+    assert sampled(ray_local, worker) == before
+    report = transport.push(named)
+    assert report.checksum_ok and report.tensors == len(named)
+    assert sampled(ray_local, worker) != before
+
+
 def test_large_seeded_batch_does_not_kill_the_engine(ray_local, worker):
     """Hundreds of seeded requests at once: vLLM CPU used to die here in chunked prefill."""
     items = [{"id": f"b{i}", "domain": "math", "prompt": "pad " * (20 + i)} for i in range(64)]
