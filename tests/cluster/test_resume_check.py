@@ -14,7 +14,7 @@ from cluster.resume_check import (
     check_resume_settings,
     report_resume_changes,
 )
-from cluster.run_dir import prepare_run_dir, where_to_resume
+from cluster.run_dir import prepare_run_dir
 from rlcs.config import load_config
 from rlcs.runlog import write_resolved
 
@@ -344,39 +344,6 @@ def test_a_checkpoint_that_cannot_be_restored_stops_the_run_in_one_line(tmp_path
         f"the checkpoint of step 4 in {tmp_path / 'checkpoints'} could not be restored "
         "(RuntimeError: PytorchStreamReader failed reading zip archive); the run's files are as "
         "they were"
-    )
-
-
-def test_ctrl_c_ends_the_run_in_one_line_saying_how_to_go_on(tmp_path, monkeypatch, capsys):
-    """(A SIGINT to a real `rlcs train` after its third checkpoint printed the last of these
-    and exited 130; `--resume` then went on from step 3.)"""
-    import argparse
-
-    import cluster.train as train_mod
-
-    def interrupted(cfg, resume=False):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(train_mod, "train", interrupted)
-    args = argparse.Namespace(config=str(ROOT / "configs" / "tiny-text.yaml"),
-                              overrides=[f"run.root={tmp_path}"], resume=False)  # fmt: skip
-    run = tmp_path / "tiny-text"
-    assert train_mod.main(args) == 130
-    assert capsys.readouterr().err == (
-        f"rlcs train: interrupted; it stopped before its first step: the same command starts "
-        f"it over in {run}\n"
-    )
-    cfg = load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path}"])
-    write_resolved(cfg, run)
-    (run / "checkpoints").mkdir()
-    assert where_to_resume(cfg) == (
-        f"no checkpoint was saved yet in {run}: the same command with --resume starts it over"
-    )
-    sft = load_config(ROOT / "configs" / "tiny-text.yaml", [*SFT, f"run.root={tmp_path}"])
-    (run / "checkpoints" / "step_00000006").mkdir()
-    (run / "checkpoints" / "latest").write_text("step_00000006")
-    assert where_to_resume(sft) == (
-        f"its checkpoint of step 6 is intact in {run}: continue with --resume"
     )
 
 

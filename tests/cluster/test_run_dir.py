@@ -1,12 +1,19 @@
 """A run's directory claimed for a run (``cluster.run_dir``): what an earlier launch left is
-refused, kept for --resume, or cleared when it stopped before its first step."""
+refused, kept for --resume, or cleared when it stopped before its first step; and what an
+interrupted run says it left to resume from."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from cluster.run_dir import prepare_run_dir
+from cluster.run_dir import prepare_run_dir, where_to_resume
 from rlcs.config import load_config
+from rlcs.runlog import write_resolved
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT = ["stage=sft", "model.tiny=text"]
 
 
 def test_a_run_that_stopped_before_its_first_step_starts_over(tmp_path):
@@ -37,3 +44,36 @@ def test_a_run_that_stopped_before_its_first_step_starts_over(tmp_path):
     with pytest.raises(FileExistsError, match=r"\(config.yaml, checkpoints\)"):
         prepare_run_dir(cfg, resume=False)
     assert (run / "checkpoints" / "step_00000004").is_dir()
+
+
+def test_ctrl_c_ends_the_run_in_one_line_saying_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """(A SIGINT to a real `rlcs train` after its third checkpoint printed the last of these
+    and exited 130; `--resume` then went on from step 3.)"""
+    import argparse
+
+    import cluster.train as train_mod
+
+    def interrupted(cfg, resume=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mod, "train", interrupted)
+    args = argparse.Namespace(config=str(ROOT / "configs" / "tiny-text.yaml"),
+                              overrides=[f"run.root={tmp_path}"], resume=False)  # fmt: skip
+    run = tmp_path / "tiny-text"
+    assert train_mod.main(args) == 130
+    assert capsys.readouterr().err == (
+        f"rlcs train: interrupted; it stopped before its first step: the same command starts "
+        f"it over in {run}\n"
+    )
+    cfg = load_config(ROOT / "configs" / "tiny-text.yaml", [f"run.root={tmp_path}"])
+    write_resolved(cfg, run)
+    (run / "checkpoints").mkdir()
+    assert where_to_resume(cfg) == (
+        f"no checkpoint was saved yet in {run}: the same command with --resume starts it over"
+    )
+    sft = load_config(ROOT / "configs" / "tiny-text.yaml", [*SFT, f"run.root={tmp_path}"])
+    (run / "checkpoints" / "step_00000006").mkdir()
+    (run / "checkpoints" / "latest").write_text("step_00000006")
+    assert where_to_resume(sft) == (
+        f"its checkpoint of step 6 is intact in {run}: continue with --resume"
+    )
