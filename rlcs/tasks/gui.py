@@ -6,6 +6,7 @@ names the target element's box, and a correct model clicks a point inside it.
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import itertools
@@ -13,11 +14,21 @@ import json
 import os
 import random
 import shutil
+import tempfile
+from pathlib import Path
 from typing import NamedTuple
 
 from PIL import Image
 
-from rlcs.tasks.base import TOKEN_PX, Example, TaskGenerator, to_norm_box
+from rlcs.tasks.base import (
+    BOLD_FONT,
+    TOKEN_PX,
+    Example,
+    TaskGenerator,
+    font_dir,
+    font_path,
+    to_norm_box,
+)
 
 #: Debian's Chromium, which `make install` installs; looked for first after $RLCS_CHROMIUM.
 CHROMIUM = "/usr/bin/chromium"
@@ -104,14 +115,35 @@ PULL_IN = """([counts, width]) => counts.forEach((n, k) => {
 })"""
 
 
-#: The labels' CSS font family. Liberation Sans comes with Debian's Chromium (its
-#: fonts-liberation dependency); Arimo and Arial have the same metrics, so the same element
-#: boxes. Other machines draw the labels in their sans-serif, and their pages differ.
-LABEL_FONT = "'Liberation Sans', Arimo, Arial, sans-serif"
+#: The labels' CSS font family: DejaVu Sans Bold from the file matplotlib ships (the math and
+#: OCR glyphs' ``BOLD_FONT``), given to the page as a web font under a name no installed font
+#: has, so that a page is drawn alike on every machine whatever fonts it has installed (where
+#: the pages named installed fonts, a machine without them drew its own sans-serif).
+LABEL_FONT = "rlcs-label"
 #: Below difficulty 0.5 the labels are drawn as the math and OCR glyphs are: capitals in DejaVu
 #: Sans Bold at 24 px (as ``draw_cells`` draws them), dark on a light button, one to an image
 #: token and centred in it.
-GRID_FONT = f"bold 24px 'DejaVu Sans', {LABEL_FONT}"
+GRID_FONT = f"bold 24px {LABEL_FONT}"
+#: What Chromium reads as its font configuration ($FONTCONFIG_FILE): no installed font, only
+#: matplotlib's (the labels' own comes with the page), drawn with the settings of Debian's
+#: (grey antialiasing, slight hinting), so that a page's pixels do not follow the fonts and the
+#: font settings of the machine.
+FONTCONFIG = """<?xml version="1.0"?>
+<fontconfig>
+  <dir>{fonts}</dir>
+  <cachedir>{cache}</cachedir>
+  <match target="font">
+    <edit name="antialias" mode="assign"><bool>true</bool></edit>
+    <edit name="hinting" mode="assign"><bool>true</bool></edit>
+    <edit name="hintstyle" mode="assign"><const>hintslight</const></edit>
+    <edit name="autohint" mode="assign"><bool>false</bool></edit>
+    <edit name="rgba" mode="assign"><const>none</const></edit>
+    <edit name="lcdfilter" mode="assign"><const>lcddefault</const></edit>
+  </match>
+</fontconfig>
+"""
+#: Puts a sheet's pages into the page's body; the document, and the font it loaded, stay.
+FILL = "html => { document.body.innerHTML = html; }"
 GRID_CELL = f"display:inline-block;width:{TOKEN_PX}px;text-align:center"
 #: Below 0.5, light buttons with dark labels; from 0.5, ``COLORS`` with white ones.
 LIGHT_COLORS = ["#bbdefb", "#c8e6c9", "#ffcdd2", "#e1bee7", "#ffe0b2", "#cfd8dc"]
@@ -132,7 +164,7 @@ class GuiTask(TaskGenerator):
         width, height = size
         #: pages a sheet holds (``_draw`` asks for as many at a time)
         self.batch = min(SHEET_PAGES, max(1, SHEET_PX // width) * max(1, SHEET_PX // height))
-        self._pw = self._browser = self._page = None
+        self._pw = self._browser = self._page = self._fonts = None
 
     def _page_handle(self, sheet: tuple[int, int]):
         """The browser's page, its viewport ``sheet`` pixels (started on first use)."""
@@ -140,18 +172,31 @@ class GuiTask(TaskGenerator):
             from playwright.sync_api import sync_playwright
 
             executable = self.executable or find_chromium()
+            self._fonts = tempfile.TemporaryDirectory(prefix="rlcs-gui-fonts-")
+            conf = Path(self._fonts.name) / "fonts.conf"
+            conf.write_text(FONTCONFIG.format(fonts=html.escape(str(font_dir())),
+                                              cache=html.escape(self._fonts.name)))  # fmt: skip
             self._pw = sync_playwright().start()
             try:
                 self._browser = self._pw.chromium.launch(
-                    executable_path=executable, args=CHROMIUM_ARGS
-                )
+                    executable_path=executable, args=CHROMIUM_ARGS,
+                    env={**os.environ, "FONTCONFIG_FILE": str(conf)},
+                )  # fmt: skip
             except BaseException:
                 self._pw.stop()  # else its driver process outlives the failed launch
                 self._pw = None
+                self._fonts.cleanup()
                 raise
         viewport = {"width": sheet[0], "height": sheet[1]}
         if self._page is None:
             self._page = self._browser.new_page(viewport=viewport)
+            self._page.set_content(_shell())
+            face = f"bold 24px {LABEL_FONT}"
+            if not self._page.evaluate("f => document.fonts.load(f).then(fs => fs.length)", face):
+                raise RuntimeError(
+                    f"Chromium did not load the GUI pages' font ({font_path(BOLD_FONT)}) as a "
+                    "web font; its pages would be drawn in another"
+                )
         elif self._page.viewport_size != viewport:
             self._page.set_viewport_size(viewport)
         return self._page
@@ -160,7 +205,8 @@ class GuiTask(TaskGenerator):
         if self._browser is not None:
             self._browser.close()
             self._pw.stop()
-        self._pw = self._browser = self._page = None
+            self._fonts.cleanup()
+        self._pw = self._browser = self._page = self._fonts = None
 
     def _check_layout(self, labels: list[str], rects: list[list[float]]) -> None:
         """A ValueError when an element is not wholly on the page or overlaps another: its box
@@ -223,7 +269,7 @@ class GuiTask(TaskGenerator):
             left, top = rng.randint(2, max(2, width - 42)), 4 + i * ((height - 8) // n)
             style = (
                 f"position:absolute;left:{left}px;top:{top}px;"
-                f"font:bold 11px {LABEL_FONT};padding:2px 4px;border:0;{_colors(rng, kind)}"
+                f"font:bold 11px/12px {LABEL_FONT};padding:2px 4px;border:0;{_colors(rng, kind)}"
             )
             elements.append(_Element(kind, style, html.escape(label)))
         return elements
@@ -265,14 +311,12 @@ class GuiTask(TaskGenerator):
                 f'width:{width}px;height:{height}px;overflow:hidden">{elements}</div>'
             )
         page = self._page_handle(sheet)
-        page.set_content(
-            "<html><body style='margin:0;background:#fafafa'>" + "".join(tiles) + "</body></html>"
-        )
+        page.evaluate(FILL, "".join(tiles))
         counts = [len(pg.labels) for pg in pages]
         # every element's box from the DOM in one call, not a browser round trip per element
         rects = page.evaluate(ELEMENT_RECTS, counts)
         if any(x + w > width for page_rects in rects for x, _, w, _ in page_rects):
-            page.evaluate(PULL_IN, [counts, width])  # a wider font than Liberation Sans
+            page.evaluate(PULL_IN, [counts, width])  # a label wider than the layout allows
             rects = page.evaluate(ELEMENT_RECTS, counts)
         for pg, page_rects in zip(pages, rects, strict=True):
             self._check_layout(pg.labels, page_rects)
@@ -310,6 +354,20 @@ class GuiTask(TaskGenerator):
             caption=f"A page with {n} elements: {', '.join(where)}.",
             meta={"difficulty": pg.difficulty, "labels": labels, "subcategory": f"{n} elements"},
         )
+
+
+def _shell() -> str:
+    """The document every sheet is drawn in: ``LABEL_FONT`` (the bytes of the font file, so that
+    the page fetches nothing) and the sheet's background."""
+    ttf = base64.b64encode(Path(font_path(BOLD_FONT)).read_bytes()).decode("ascii")
+    face = (
+        f"@font-face{{font-family:{LABEL_FONT};font-weight:bold;"
+        f"src:url(data:font/ttf;base64,{ttf})}}"
+    )
+    return (
+        f"<html><head><style>{face}</style></head>"
+        "<body style='margin:0;background:#fafafa'></body></html>"
+    )
 
 
 class _Element(NamedTuple):

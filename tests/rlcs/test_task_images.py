@@ -221,3 +221,30 @@ def test_gui_pages_rendered_a_sheet_at_a_time_are_the_pages_rendered_alone(diffi
             assert a.image.size == b.image.size and a.image.tobytes() == b.image.tobytes()
     # the pages differ from each other: the sheet is not one page cropped n times
     assert len({ex.image.tobytes() for ex in together}) > n // 2
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
+def test_gui_pages_are_drawn_alike_where_no_font_is_installed(tmp_path, monkeypatch):
+    """The labels are drawn in the font file matplotlib ships, given to the page, not in a font
+    the machine has installed: a Chromium that finds none at all (an empty fontconfig) draws the
+    same pages to the pixel, easy menus and harder free layouts alike."""
+    from rlcs.tasks.gui import GuiTask
+
+    def pages() -> list:
+        task = GuiTask()
+        try:
+            return [ex for lo, hi in ((0.0, 0.3), (0.5, 1.0))
+                    for ex in task.sample_many(random.Random(3), lo, hi, 6)]  # fmt: skip
+        finally:
+            task.close()
+
+    installed = pages()
+    conf = tmp_path / "fonts.conf"  # no font directories: no installed font is found
+    conf.write_text(
+        f"<?xml version='1.0'?><fontconfig><cachedir>{tmp_path}</cachedir></fontconfig>"
+    )
+    monkeypatch.setenv("FONTCONFIG_FILE", str(conf))
+    bare = pages()
+    for a, b in zip(installed, bare, strict=True):
+        assert (a.answer, a.caption) == (b.answer, b.caption)
+        assert a.image.tobytes() == b.image.tobytes()
