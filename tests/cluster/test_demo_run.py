@@ -46,9 +46,13 @@ class Stages:
             with RunLog(run_dir, tensorboard=False) as log:
                 if baseline is not None:
                     log.log(0, eval_metrics(baseline))
-                for it in range(1, min(self.rl_iterations, cfg.run.iterations) + 1):
-                    log.log(it, {"reward/mean": 0.5, "reward/math": 0.1 * it, "pass_rate/math": 0.0,
-                                 "reward/ocr": 0.9, "pass_rate/ocr": 0.9})  # fmt: skip
+                last = min(self.rl_iterations, cfg.run.iterations)
+                for it in range(1, last + 1):
+                    metrics = {"reward/mean": 0.5, "reward/math": 0.1 * it, "pass_rate/math": 0.0,
+                               "reward/ocr": 0.9, "pass_rate/ocr": 0.9}  # fmt: skip
+                    if it == last and cfg.run.eval_every:  # as the trainer evaluates its last
+                        metrics.update(eval_metrics(self.figures(RL_RATES)))
+                    log.log(it, metrics)
         (run_dir / "report.md").write_text(f"# {cfg.stage}")
         return run_dir
 
@@ -58,7 +62,10 @@ class Stages:
         self.bars.append((progress, desc))
         if self.fail_eval is not None:
             raise self.fail_eval
-        rates = SFT_RATES if Path(model).parent.name == "sft" else RL_RATES
+        return self.figures(SFT_RATES if Path(model).parent.name == "sft" else RL_RATES)
+
+    @staticmethod
+    def figures(rates: dict[str, float]) -> dict[str, dict[str, float]]:
         out = {d: {"pass_rate": r, "reward": r} for d, r in rates.items()}
         out["all"] = {"pass_rate": sum(rates.values()) / len(rates), "reward": 0.0}
         return out
@@ -118,9 +125,36 @@ def test_the_result_line_and_the_table_come_from_the_same_held_out_figures(
     assert last in report and "| all | 62.5% | 75.0% | +12.5 |  |" in report
     for png in re.findall(r"\]\((report/[^)]+\.png)\)", report):  # every plot it shows exists
         assert (root / png).is_file()
+    # RL's evaluation at its last iteration is the figure after RL: its model is not evaluated
+    # a second time; the SFT checkpoint's evaluation shows a progress bar
+    assert [p.parent.name for p in stages.evaluated] == ["sft"]
+    assert stages.bars == [(True, "eval after SFT")]
+    assert list(summary["stage_wall_s"]) == ["data", "pretrain", "sft", "eval after SFT", "rl"]
+
+
+def test_an_rl_stage_that_did_not_evaluate_its_last_iteration_has_its_model_evaluated(
+    stages, config, tmp_path, capsys
+):
+    summary = demo.run(config, tmp_path / "demo", None, overrides=["run.eval_every=0"])
     assert [p.parent.name for p in stages.evaluated] == ["sft", "rl"]
-    # each held-out evaluation shows a progress bar of its own
     assert stages.bars == [(True, "eval after SFT"), (True, "eval after RL")]
+    assert summary["rl_pass_rate"] == 0.75 and summary["gain_points"] == 12.5
+    assert "eval after RL" in summary["stage_wall_s"]
+
+
+def test_the_figures_after_rl_are_those_of_rls_last_record_with_every_domain():
+    like = {"math": {}, "all": {}}
+    ev = eval_metrics(
+        {"math": {"pass_rate": 0.5, "reward": 0.6}, "all": {"pass_rate": 0.5, "reward": 0.6}}
+    )
+    assert demo.rl_final_figures([{"step": 0, **ev}, {"step": 1}], like) is None
+    assert demo.rl_final_figures([{"step": 0, **ev}], like) is None  # no iteration ran
+    records = [{"step": 1}, {"step": 2, "reward/mean": 0.1, **ev}]
+    assert demo.rl_final_figures(records, like) == {
+        "math": {"pass_rate": 0.5, "reward": 0.6},
+        "all": {"pass_rate": 0.5, "reward": 0.6},
+    }
+    assert demo.rl_final_figures(records, {**like, "ocr": {}}) is None  # a domain left out
 
 
 def test_the_wall_time_counts_from_the_commands_start_to_the_drawn_report(
