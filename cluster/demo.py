@@ -58,8 +58,9 @@ RL = ["run.eval_every=6"]
 #: What the demo's time budget (``--minutes``) keeps back from RL (``run.max_wall_s``) for what
 #: comes after it: the RL stage's export, report and shutdown after its last iteration, and the
 #: demo's plots and report (1 s and 7 s in `/tmp/demo96`). The held-out evaluation of RL's
-#: model is the stage's own at its last iteration, inside its limit (`rl_final_figures`); one of
-#: the exported model, where RL made none, runs past the budget (7-22 s on two cores).
+#: model is the stage's own at its last iteration, inside its limit (`rl_final_figures`); where
+#: RL evaluates none (``run.eval_every=0``) the demo evaluates its exported model, and keeps
+#: back as long again as the SFT checkpoint's evaluation took (12-22 s on two cores).
 AFTER_RL_S = 20.0
 #: ``--dashboard-port``'s default (cluster/cli.py): the resume command names another one
 DASHBOARD_PORT = 8266
@@ -129,10 +130,13 @@ def stage_config(base: Path, run_root: Path, name: str, overrides: list[str]) ->
     )
 
 
-def rl_budget_line(budget_s: float, spent_s: float, limit_s: float, iterations: int) -> str:
+def rl_budget_line(
+    budget_s: float, spent_s: float, limit_s: float, iterations: int, after_s: float = AFTER_RL_S
+) -> str:
     """What the demo says of the time budget as RL starts: RL's limit, or that the stages
-    before it spent the budget, and RL runs one iteration."""
-    if spent_s + AFTER_RL_S + 1.0 >= budget_s:
+    before it spent the budget, and RL runs one iteration. ``after_s``: what the budget keeps
+    back from RL."""
+    if spent_s + after_s + 1.0 >= budget_s:
         return (
             f"RL: the demo's {budget_s / 60:g}-minute budget (--minutes) is spent: the stages "
             f"before RL took {spent_s:.0f}s; RL runs one iteration (run.max_wall_s="
@@ -140,7 +144,7 @@ def rl_budget_line(budget_s: float, spent_s: float, limit_s: float, iterations: 
         )
     return (
         f"RL: up to {iterations} iterations, stopping after the one that leaves "
-        f"{AFTER_RL_S:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
+        f"{after_s:.0f}s of the demo's {budget_s / 60:g} minutes (run.max_wall_s="
         f"{limit_s:.0f}; --minutes sets the budget, 0 lifts it)"
     )
 
@@ -175,7 +179,9 @@ def run(
     (``PRETRAIN``, ``SFT``), which therefore keep theirs, and after those for RL (``RL``):
     ``run.iterations=150`` lengthens RL alone, and on ``resume`` leaves the data, pretraining
     and SFT kept. ``budget_s`` bounds the whole demo's wall time: RL gets what the stages
-    before it left, less ``AFTER_RL_S``, as its ``run.max_wall_s`` (at least one iteration).
+    before it left, less ``AFTER_RL_S`` (and as long as the SFT checkpoint's evaluation took,
+    where RL evaluates none of its iterations), as its ``run.max_wall_s`` (at least one
+    iteration).
     ``started``: the ``time.perf_counter()`` the wall time and the budget count from (the
     command's start; by default this call's)."""
     t0 = time.perf_counter() if started is None else started
@@ -265,13 +271,17 @@ def run(
                    eval_settings(rl.rollout, heldout, cpus, options, dtype),
                    evaluation=True)  # fmt: skip
     spent = time.perf_counter() - t0
+    # an RL run that evaluates no iteration leaves the demo to evaluate its model, for about as
+    # long as the SFT checkpoint's evaluation took
+    eval_s = walls["eval after SFT"] or ledger.kept.get("eval after SFT", 0.0)
+    after_s = AFTER_RL_S + (0.0 if rl.run.eval_every else eval_s)
     if budget_s:
-        left = budget_s - spent - AFTER_RL_S
+        left = budget_s - spent - after_s
         rl = stage_config(config, root, "rl", [*rl_sets, f"run.max_wall_s={max(left, 1.0):.0f}"])
 
     def rl_stage() -> None:
         if budget_s:
-            say(rl_budget_line(budget_s, spent, rl.run.max_wall_s, rl.run.iterations))
+            say(rl_budget_line(budget_s, spent, rl.run.max_wall_s, rl.run.iterations, after_s))
         dash = None
         if dashboard_port:
             # free when the demo started; something may have taken it since

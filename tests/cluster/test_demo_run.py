@@ -36,6 +36,7 @@ class Stages:
         self.bars: list[tuple[bool, str]] = []
         self.rl_iterations = 3
         self.fail_eval: BaseException | None = None
+        self.eval_s = 0.0  # how long an evaluation takes
 
     def train(self, cfg, resume=False, baseline=None):
         self.trained.append(cfg)
@@ -60,6 +61,7 @@ class Stages:
                  progress=False, desc="eval"):  # fmt: skip
         self.evaluated.append(Path(model))
         self.bars.append((progress, desc))
+        time.sleep(self.eval_s)
         if self.fail_eval is not None:
             raise self.fail_eval
         return self.figures(SFT_RATES if Path(model).parent.name == "sft" else RL_RATES)
@@ -135,11 +137,16 @@ def test_the_result_line_and_the_table_come_from_the_same_held_out_figures(
 def test_an_rl_stage_that_did_not_evaluate_its_last_iteration_has_its_model_evaluated(
     stages, config, tmp_path, capsys
 ):
-    summary = demo.run(config, tmp_path / "demo", None, overrides=["run.eval_every=0"])
+    stages.eval_s = 1.5
+    summary = demo.run(config, tmp_path / "a", None, overrides=["run.eval_every=0"], budget_s=840)
     assert [p.parent.name for p in stages.evaluated] == ["sft", "rl"]
     assert stages.bars == [(True, "eval after SFT"), (True, "eval after RL")]
     assert summary["rl_pass_rate"] == 0.75 and summary["gain_points"] == 12.5
     assert "eval after RL" in summary["stage_wall_s"]
+    # the budget kept back from RL as long again as the SFT checkpoint's evaluation took
+    demo.run(config, tmp_path / "b", None, budget_s=840)
+    kept = re.findall(r"stopping after the one that leaves (\d+)s of", capsys.readouterr().out)
+    assert int(kept[0]) >= demo.AFTER_RL_S + 1.5 and int(kept[1]) == demo.AFTER_RL_S
 
 
 def test_the_figures_after_rl_are_those_of_rls_last_record_with_every_domain():
