@@ -152,9 +152,10 @@ def rl_budget_line(
 def rl_final_figures(metrics: Sequence[dict], like: Mapping[str, Any]) -> dict | None:
     """The held-out figures of the RL stage's evaluation at its last iteration, per domain of
     ``like`` (an `evaluate` result; "all" among them) as `evaluate` gives them; None where that
-    iteration's records hold no evaluation of each. The stage evaluates on its own rollout
-    engine, greedily, with the weights its checkpoint exports: the same answers as an
-    evaluation of the exported model (the demo's at iteration 19 and 71 alike: docs/demo.md)."""
+    iteration's record holds no evaluation of each. The stage evaluates on its own rollout
+    engine, greedily, with the weights its checkpoint exports: the same figures as an
+    evaluation of the exported model (every domain's, to the item, in `/tmp/demo96`:
+    docs/demo.md, "RL's own last evaluation")."""
     record = max(metrics, key=lambda r: r.get("step", 0), default={})
     if not record.get("step"):
         return None
