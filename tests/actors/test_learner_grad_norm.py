@@ -91,7 +91,11 @@ def test_zero0_bf16_takes_zero2s_first_update(tiny_text_model):
     for masters, hand, _, _ in runs.values():
         assert torch.allclose(masters, hand, rtol=0, atol=1e-6)  # lr 2e-3: Adam step 2 is 5e-4 off
     assert runs[0][2] == pytest.approx(runs[2][2], rel=1e-6)
-    assert runs[0][3] == pytest.approx(runs[2][3], rel=1e-5)
+    # the second step runs on the masters rounded to bf16: masters 1e-6 apart can round a few
+    # weights a bf16 step (up to 8e-3 of their size) apart, which moved the loss by 1.4e-5 of
+    # itself on one 2-core VM (an Adam second step, off by 5e-4 a weight, fails the masters
+    # above)
+    assert runs[0][3] == pytest.approx(runs[2][3], rel=1e-4)
 
 
 @pytest.mark.slow
