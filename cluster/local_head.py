@@ -58,9 +58,14 @@ def ray_cli() -> str:
 def local_ray_head(
     num_cpus: int = 1, token: str | None = None, ready_timeout: float = 120
 ) -> Iterator[LocalHead]:
-    """Run a token-authenticated Ray head on 127.0.0.1 for the duration of the block."""
+    """Run a token-authenticated Ray head on 127.0.0.1 for the duration of the block. Its jobs
+    find this interpreter's environment's commands (`rlcs`, `ray`) first on their PATH, as
+    they would in the activated venv."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token or secrets.token_hex(32))
     env.pop("RAY_ADDRESS", None)
+    env["PATH"] = os.pathsep.join(
+        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
+    )
     gcs, dash = free_port(), free_port()
     cmd = [
         ray_cli(), "start", "--head", "--block",
