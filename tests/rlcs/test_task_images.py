@@ -226,8 +226,9 @@ def test_gui_pages_rendered_a_sheet_at_a_time_are_the_pages_rendered_alone(diffi
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
 def test_gui_pages_are_drawn_alike_where_no_font_is_installed(tmp_path, monkeypatch):
     """The labels are drawn in the font file matplotlib ships, given to the page, not in a font
-    the machine has installed: a Chromium that finds none at all (an empty fontconfig) draws the
-    same pages to the pixel, easy menus and harder free layouts alike."""
+    the machine has installed: with the machine's font configuration an empty one (no installed
+    font at all), the pages are the same to the pixel, easy menus and harder free layouts
+    alike; with the installed fonts named in the page, 3,000 to 8,000 pixels a page differed."""
     from rlcs.tasks.gui import GuiTask
 
     def pages() -> list:
