@@ -191,8 +191,8 @@ class GuiTask(TaskGenerator):
         if self._page is None:
             self._page = self._browser.new_page(viewport=viewport)
             self._page.set_content(_shell())
-            face = f"bold 24px {LABEL_FONT}"
-            if not self._page.evaluate("f => document.fonts.load(f).then(fs => fs.length)", face):
+            loaded = "f => document.fonts.load(f).then(fs => fs.length)"
+            if not self._page.evaluate(loaded, GRID_FONT):
                 raise RuntimeError(
                     f"Chromium did not load the GUI pages' font ({font_path(BOLD_FONT)}) as a "
                     "web font; its pages would be drawn in another"
